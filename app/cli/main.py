@@ -1,0 +1,54 @@
+"""`tandem`: the command-line entry point.
+
+User mistakes (a bad path, an incompatible pair, a full context...) are TandemErrors and are
+printed as one line with exit code 1: never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from app import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app.cli import bench_cmd, run_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="tandem",
+        description="Faster local LLMs with speculative decoding: a small draft model guesses, "
+        "the target model checks. The output is exactly the target's.",
+    )
+    parser.add_argument("--version", action="version", version=f"tandem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run_cmd.add_parser(sub)
+    bench_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    from app.engine.errors import TandemError
+
+    try:
+        return int(args.func(args) or 0)
+    except TandemError as exc:
+        print(f"tandem: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ntandem: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `tandem run ... | head`: the reader went away; that is not an error.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Tandem's speculative decoding engine on llama.cpp. No UI code lives here (no Textual)."""
+
+from .chat_template import ChatMessage
+from .compat import check_pair, compatibility_problems
+from .decoding import DRAFT_MAX_LIMIT, GenerationConfig
+from .errors import (
+    ContextOverflowError,
+    GenerationError,
+    IncompatiblePairError,
+    ModelFileError,
+    ModelLoadError,
+    TandemError,
+)
+from .events import (
+    DoneEvent,
+    Event,
+    GenerationStats,
+    Origin,
+    PrefillEvent,
+    RoundEvent,
+    TokenEvent,
+)
+from .gguf_file import GGUFInfo, read_gguf
+from .model import LoadedModel, LoadOptions
+from .pair import ModelPair
+from .sampling import SamplerSettings
+
+__all__ = [
+    "DRAFT_MAX_LIMIT",
+    "ChatMessage",
+    "ContextOverflowError",
+    "DoneEvent",
+    "Event",
+    "GGUFInfo",
+    "GenerationConfig",
+    "GenerationError",
+    "GenerationStats",
+    "IncompatiblePairError",
+    "LoadOptions",
+    "LoadedModel",
+    "ModelFileError",
+    "ModelLoadError",
+    "ModelPair",
+    "Origin",
+    "PrefillEvent",
+    "RoundEvent",
+    "SamplerSettings",
+    "TandemError",
+    "TokenEvent",
+    "check_pair",
+    "compatibility_problems",
+    "read_gguf",
+]

@@ -1,0 +1,175 @@
+"""How many tokens to draft this round: a fixed K, or the K that maximises expected speed.
+
+Speculative decoding pays K draft steps plus one verification of K+1 tokens per round and
+gets E(α, K) = (1 - α^(K+1)) / (1 - α) tokens on average (α: the chance the target accepts a
+draft token). The best K therefore depends on α, which changes with the text (boilerplate code
+is easy to guess, a translation is not), and on the costs, which depend on the machine: on a
+GPU verifying 9 tokens costs about as much as 1, on a 2-core CPU nearly twice as much.
+
+`AdaptivePolicy` measures all three as it goes and picks, each round,
+
+    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1))
+
+where K = 0 means one plain target step. α is an exponentially forgetting estimate for the
+current generation; the costs live in a `CostModel` that the pair keeps across generations (they
+describe the machine, not the text). Nothing here can change the output: only how much is
+drafted per round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Ema:
+    """Exponential moving average that is exact for the first samples."""
+
+    decay: float = 0.9
+    value: float = 0.0
+    weight: float = 0.0
+
+    def add(self, x: float) -> None:
+        self.weight = self.weight * self.decay + 1.0
+        self.value += (x - self.value) / self.weight
+
+    @property
+    def known(self) -> bool:
+        return self.weight > 0.0
+
+
+# Relative cost of each extra verified token when only one batch size has been seen yet
+# (typical of a CPU; a GPU's is far smaller and is learnt as soon as a second size is seen).
+_PRIOR_VERIFY_SLOPE = 0.12
+
+
+@dataclass
+class CostModel:
+    """Measured seconds per operation for one model pair on this machine."""
+
+    draft_first: _Ema = field(default_factory=_Ema)  # a round's first draft decode (catch-up)
+    draft_step: _Ema = field(default_factory=_Ema)  # each further draft decode
+    verify: dict[int, _Ema] = field(default_factory=dict)  # target batch size -> seconds
+    # Long-run acceptance per draft token for this pair (a prior for each new generation).
+    _accepted: float = 4.0
+    _trials: float = 5.0
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._trials
+
+    def observe_acceptance(self, accepted: int, trials: int) -> None:
+        self._accepted = self._accepted * 0.99 + accepted
+        self._trials = self._trials * 0.99 + trials
+
+    def observe_draft(self, first_s: float, rest_s: float, rest_steps: int) -> None:
+        self.draft_first.add(first_s)
+        if rest_steps:
+            self.draft_step.add(rest_s / rest_steps)
+
+    def observe_verify(self, n_tokens: int, seconds: float) -> None:
+        self.verify.setdefault(n_tokens, _Ema()).add(seconds)
+
+    def draft_time(self, k: int) -> float | None:
+        if k == 0:
+            return 0.0
+        if not self.draft_first.known:
+            return None
+        step = self.draft_step.value if self.draft_step.known else self.draft_first.value
+        return self.draft_first.value + (k - 1) * step
+
+    def verify_time(self, n: int) -> float | None:
+        """Seconds to verify n tokens, from a weighted least-squares line through every batch
+        size measured. A line, not the per-size averages: one noisy sample must not make a size
+        look so bad that it is never tried again, and a batch never gets cheaper with size."""
+        seen = [(size, e.value, e.weight) for size, e in self.verify.items() if e.known]
+        if not seen:
+            return None
+        if len({size for size, _, _ in seen}) == 1:
+            size, value, _ = seen[0]
+            per_token = value * _PRIOR_VERIFY_SLOPE / (1 + _PRIOR_VERIFY_SLOPE * (size - 1))
+            return max(value + (n - size) * per_token, 1e-6)
+        total = sum(w for _, _, w in seen)
+        mx = sum(x * w for x, _, w in seen) / total
+        my = sum(y * w for _, y, w in seen) / total
+        sxx = sum(w * (x - mx) ** 2 for x, _, w in seen)
+        sxy = sum(w * (x - mx) * (y - my) for x, y, w in seen)
+        slope = max(0.0, sxy / sxx)
+        return max(my + slope * (n - mx), 1e-6)
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Mean tokens per round with K drafts, acceptance probability alpha per token."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+class FixedPolicy:
+    """Always draft K (clipped by the round's budget)."""
+
+    adaptive = False
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def choose(self, budget: int) -> int:
+        return min(self.k, budget)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+class AdaptivePolicy:
+    """Pick K each round to maximise expected tokens per second.
+
+    α is estimated from this generation's rounds (forgetting old ones, since it follows the
+    text), starting from the pair's long-run acceptance. The decision uses an optimistic α
+    (estimate + one standard error): cheap insurance against a run of bad luck switching
+    drafting off for good. Rounds without drafting carry no evidence, so uncertainty grows
+    while K = 0 until drafting is tried again.
+    """
+
+    adaptive = True
+
+    _FORGET = 0.95  # per round: about the last 20 rounds count
+    _PRIOR_STRENGTH = 8.0  # the pair's long-run α is worth this many draft tokens
+
+    def __init__(self, k_max: int, costs: CostModel, k_start: int = 4) -> None:
+        self.k_max = k_max
+        self.costs = costs
+        self.k_start = min(k_start, k_max)
+        self._trials = self._PRIOR_STRENGTH
+        self._accepted = costs.alpha * self._PRIOR_STRENGTH
+        self.last_k = self.k_start
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._trials
+
+    def optimistic_alpha(self) -> float:
+        a = self.alpha
+        return min(1.0, a + math.sqrt(a * (1.0 - a) / self._trials))
+
+    def choose(self, budget: int) -> int:
+        k_cap = min(self.k_max, budget)
+        alpha = self.optimistic_alpha()
+        best_k, best_rate = min(self.k_start, k_cap), -1.0
+        for k in range(k_cap + 1):
+            draft, verify = self.costs.draft_time(k), self.costs.verify_time(k + 1)
+            if draft is None or verify is None:
+                return min(self.k_start, k_cap)  # not measured yet: use the starting K
+            rate = expected_tokens(alpha, k) / (draft + verify)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        self.last_k = best_k
+        return best_k
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """One round's outcome: `accepted` of `drafted` tokens before the first rejection."""
+        trials = accepted + (1 if accepted < drafted else 0)
+        self._accepted = self._accepted * self._FORGET + accepted
+        self._trials = self._trials * self._FORGET + trials
+        if trials:
+            self.costs.observe_acceptance(accepted, trials)

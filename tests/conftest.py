@@ -1,0 +1,69 @@
+"""Shared fixtures: real GGUF models (see model_files.py) loaded once per test session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import model_files
+
+from app.engine import LoadOptions, ModelPair
+
+
+@pytest.fixture(scope="session")
+def smollm2_f16() -> Path:
+    return model_files.smollm2("F16")
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4_1() -> Path:
+    return model_files.smollm2_q4_1()
+
+
+@pytest.fixture(scope="session")
+def tiny_target() -> Path:
+    return model_files.tiny_model("a", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft() -> Path:
+    """Agrees with tiny_target about half the time (greedy)."""
+    return model_files.tiny_model("a-draft", seed=2, base_seed=1, noise=0.6)
+
+
+@pytest.fixture(scope="session")
+def sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
+    """The tiny target with a draft close enough that, at temperature 1 and top-k 4, about a
+    third of drafted tokens are accepted: accepts, rejections and bonus tokens all occur often."""
+    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+    pair = ModelPair.load(tiny_target, draft, LoadOptions(n_ctx=512))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
+    """The realistic pair: SmolLM2-135M-Instruct F16 target, the shipped Q4_1 as draft."""
+    pair = ModelPair.load(smollm2_f16, smollm2_q4_1, LoadOptions(n_ctx=2048))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_target: Path, tiny_draft: Path) -> Iterator[ModelPair]:
+    pair = ModelPair.load(tiny_target, tiny_draft, LoadOptions(n_ctx=1024))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="session")
+def rejecting_pair(smollm2_f16: Path, tiny_target: Path) -> Iterator[ModelPair]:
+    """SmolLM2 F16 drafted by a random tiny model: nearly every draft token is rejected."""
+    pair = ModelPair.load(smollm2_f16, tiny_target, LoadOptions(n_ctx=2048))
+    yield pair
+    pair.close()

@@ -1,0 +1,71 @@
+"""Adaptive drafting's arithmetic: expected tokens, the cost model, and the choice of K."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens
+
+
+def costs(draft_ms: float, verify_ms: dict[int, float]) -> CostModel:
+    c = CostModel()
+    for _ in range(5):
+        c.observe_draft(draft_ms / 1000, 3 * draft_ms / 1000, 3)
+        for n, ms in verify_ms.items():
+            c.observe_verify(n, ms / 1000)
+    return c
+
+
+def test_expected_tokens() -> None:
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+def test_verify_cost_is_a_line_through_measured_sizes() -> None:
+    c = costs(10, {1: 20, 5: 28})
+    assert c.verify_time(3) == pytest.approx(24 / 1000)
+    assert c.verify_time(9) == pytest.approx(36 / 1000)
+    assert c.draft_time(4) == pytest.approx(40 / 1000)
+
+
+def test_one_noisy_sample_does_not_lock_a_size_out() -> None:
+    c = costs(10, {5: 30, 6: 33})
+    c.observe_verify(7, 0.5)  # one wild sample, e.g. another process stole the CPU
+    assert c.verify_time(7) < c.verify_time(8)  # still a line, nothing special about 7
+
+
+def test_gpu_like_costs_draft_far_ahead() -> None:
+    """Verifying 9 tokens costs about one step and drafting is cheap: long drafts pay."""
+    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
+    for _ in range(20):
+        policy.observe(8, 8)
+    assert policy.choose(100) >= 10
+
+
+def test_expensive_draft_and_poor_acceptance_stop_drafting() -> None:
+    policy = AdaptivePolicy(12, costs(15, {1: 20, 5: 32}))
+    for _ in range(30):
+        policy.observe(4, 0)
+    assert policy.choose(100) == 0
+
+
+def test_drafting_resumes_after_a_pause() -> None:
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    for _ in range(6):
+        policy.observe(4, 0)
+    assert policy.choose(100) == 0
+    ks = []
+    for _ in range(200):  # rounds without drafting carry no evidence: uncertainty grows
+        k = policy.choose(100)
+        ks.append(k)
+        policy.observe(k, k)
+        if k:
+            break
+    assert ks[-1] > 0
+
+
+def test_budget_clips_k() -> None:
+    assert FixedPolicy(8).choose(3) == 3
+    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
+    assert policy.choose(2) <= 2

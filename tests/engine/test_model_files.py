@@ -1,0 +1,90 @@
+"""Reading GGUF headers, refusing bad files, and comparing tokenizers: on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import model_files
+import pytest
+
+from app.engine import (
+    IncompatiblePairError,
+    LoadedModel,
+    ModelFileError,
+    ModelLoadError,
+    ModelPair,
+    check_pair,
+    compatibility_problems,
+    read_gguf,
+)
+
+
+def test_reads_real_metadata_without_loading(smollm2_q4_1: Path, smollm2_f16: Path) -> None:
+    info = read_gguf(smollm2_q4_1)
+    assert info.architecture == "llama"
+    assert info.vocab_type == "gpt2"
+    assert len(info.tokens) == 49152
+    assert info.tokens[1] == "<|im_start|>"
+    assert info.context_length == 8192
+    assert info.quantization == "Q4_1"
+    assert "im_start" in (info.chat_template or "")
+    assert 130e6 < info.n_params < 140e6
+    assert read_gguf(smollm2_f16).quantization == "F16"
+    assert info.missing_data_bytes() == 0
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="not found"):
+        read_gguf(tmp_path / "nope.gguf")
+
+
+def test_folder_is_not_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="folder"):
+        read_gguf(tmp_path)
+
+
+def test_not_a_gguf(tmp_path: Path) -> None:
+    bad = tmp_path / "page.gguf"
+    bad.write_text("<html>404 not found</html>" * 10)
+    with pytest.raises(ModelFileError, match=r"not a GGUF model file.*web page"):
+        read_gguf(bad)
+
+
+def test_truncated_download_is_detected(smollm2_q4_1: Path, tmp_path: Path) -> None:
+    cut = model_files.truncated_copy(smollm2_q4_1, tmp_path / "cut.gguf", 0.6)
+    with pytest.raises(ModelFileError, match=r"truncated: .* \(4\d%\) of its tensor data are missing"):
+        read_gguf(cut)
+    header_only = model_files.truncated_copy(smollm2_q4_1, tmp_path / "head.gguf", 0.001)
+    with pytest.raises(ModelFileError, match="truncated"):
+        read_gguf(header_only)
+
+
+def test_truncated_file_is_refused_before_llama_cpp_sees_it(
+    smollm2_q4_1: Path, smollm2_f16: Path, tmp_path: Path
+) -> None:
+    cut = model_files.truncated_copy(smollm2_q4_1, tmp_path / "cut.gguf", 0.9)
+    with pytest.raises(ModelFileError, match="truncated"):
+        ModelPair.load(smollm2_f16, cut)
+
+
+def test_same_model_family_is_compatible(smollm2_q4_1: Path, smollm2_f16: Path, tiny_target: Path) -> None:
+    assert compatibility_problems(read_gguf(smollm2_f16), read_gguf(smollm2_q4_1)) == []
+    assert compatibility_problems(read_gguf(smollm2_f16), read_gguf(tiny_target)) == []
+
+
+def test_different_token_text_is_named() -> None:
+    swapped = model_files.tiny_model("swapped-vocab", seed=3, vocab_edit="swap")
+    with pytest.raises(IncompatiblePairError, match=r"token 1000 is .* in the target but .* in the draft"):
+        check_pair(read_gguf(model_files.smollm2_q4_1()), read_gguf(swapped))
+
+
+def test_vocabulary_size_difference_is_named() -> None:
+    shrunk = model_files.tiny_model("shrunk-vocab", seed=3, vocab_edit="shrink")
+    problems = compatibility_problems(read_gguf(model_files.smollm2_q4_1()), read_gguf(shrunk))
+    assert any("vocabulary sizes differ by 200" in p for p in problems)
+
+
+def test_unknown_architecture_is_explained() -> None:
+    alien = model_files.tiny_model("alien-arch", seed=4, arch="fancy-new-arch")
+    with pytest.raises(ModelLoadError, match="does not support the 'fancy-new-arch' architecture"):
+        LoadedModel(alien)

