@@ -156,7 +156,8 @@ def bench(args: argparse.Namespace) -> int:
         _run_once(pair, encoded[0], warm, False)
         _run_once(pair, encoded[0], warm, True)
         assert pair.draft is not None
-        context = [t for e in encoded for t in e][:256]
+        flat = [t for e in encoded for t in e]
+        context = (flat * (1 + (cfg.draft_max + 64) // len(flat)))[:256]  # long enough for K+1
         costs = measure_costs(pair.target, pair.draft, context, range(2, cfg.draft_max + 2))
         print(
             f"costs: target step {1000 * costs.target_step_s:.1f} ms, draft step "

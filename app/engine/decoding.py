@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from .draft_policy import REPRODUCIBLE_K, AdaptivePolicy, CostModel, FixedPolicy
 from .errors import ContextOverflowError, TandemError
 from .events import (
     DoneEvent,
@@ -240,9 +240,14 @@ class _SpeculativeStep:
         self.draft = draft
         self.costs = costs
         self.rounds_done = 0
-        self.policy: AdaptivePolicy | FixedPolicy = (
-            AdaptivePolicy(config.draft_max, costs) if config.adaptive else FixedPolicy(config.draft_max)
-        )
+        self.policy: AdaptivePolicy | FixedPolicy
+        seeded_sampling = config.sampler.seed is not None and not config.sampler.greedy
+        if not config.adaptive:
+            self.policy = FixedPolicy(config.draft_max)
+        elif seeded_sampling:  # repeatable output needs a repeatable draft schedule
+            self.policy = FixedPolicy(min(config.draft_max, REPRODUCIBLE_K))
+        else:
+            self.policy = AdaptivePolicy(config.draft_max, costs)
         self.p_min = config.p_min
         self.sampler = config.sampler
         self.rng = rng
