@@ -14,6 +14,10 @@ import model_files
 
 from app.engine import LoadOptions, ModelPair
 
+# Tiny models compute in microseconds: one thread avoids paying for thread synchronisation on
+# every small matmul (ggml splits work by rows, so results do not depend on the thread count).
+TINY = LoadOptions(n_ctx=1024, n_threads=1)
+
 
 @pytest.fixture(scope="session")
 def smollm2_f16() -> Path:
@@ -41,7 +45,7 @@ def sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
     """The tiny target with a draft close enough that, at temperature 1 and top-k 4, about a
     third of drafted tokens are accepted: accepts, rejections and bonus tokens all occur often."""
     draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
-    pair = ModelPair.load(tiny_target, draft, LoadOptions(n_ctx=512))
+    pair = ModelPair.load(tiny_target, draft, TINY)
     yield pair
     pair.close()
 
@@ -56,7 +60,7 @@ def smollm2_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
 
 @pytest.fixture(scope="session")
 def tiny_pair(tiny_target: Path, tiny_draft: Path) -> Iterator[ModelPair]:
-    pair = ModelPair.load(tiny_target, tiny_draft, LoadOptions(n_ctx=1024))
+    pair = ModelPair.load(tiny_target, tiny_draft, TINY)
     yield pair
     pair.close()
 

@@ -275,6 +275,18 @@ class LoadedModel:
             n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
         return buf.raw[:n].decode("utf-8", errors="replace")
 
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Text of a token sequence, special tokens included (for showing prompts)."""
+        out = bytearray()
+        for t in tokens:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
+            out += buf.raw[:n]
+        return out.decode("utf-8", errors="replace")
+
     def chat_template(self) -> str | None:
         ptr = llama_cpp.llama_model_chat_template(self._model, None)
         return ptr.decode("utf-8", errors="replace") if ptr else None

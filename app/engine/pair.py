@@ -17,7 +17,7 @@ from .chat_template import ChatMessage, render_chat
 from .compat import check_pair
 from .decoding import DRAFT_MAX_LIMIT, GenerationConfig, generate
 from .draft_policy import CostModel
-from .errors import ModelLoadError, TandemError
+from .errors import ContextOverflowError, ModelLoadError, TandemError
 from .events import Event
 from .gguf_file import read_gguf
 from .llama_lib import llama_cpp
@@ -111,6 +111,48 @@ class ModelPair:
         # Templates usually write the BOS text themselves; do not add a second one.
         add_special = not (bos and text.startswith(bos))
         return t.tokenize(text, add_special=add_special, parse_special=True)
+
+    def chat_prompt_fitting(self, messages: Sequence[ChatMessage], reserve: int) -> tuple[list[int], int]:
+        """The conversation's prompt, leaving `reserve` tokens of context for the answer.
+
+        When it does not fit, the oldest turns are dropped (a leading system prompt and the
+        latest message always stay) until it does. Returns (tokens, messages dropped): the
+        caller tells the user what was dropped. Raises ContextOverflowError when even the system
+        prompt and the latest message alone do not fit.
+        """
+        limit = self.context_size - max(0, reserve)
+        msgs = list(messages)
+        system = msgs[:1] if msgs and msgs[0].role == "system" else []
+        turns = msgs[len(system) :]
+        tokens = self.chat_prompt([*system, *turns])
+        if len(tokens) <= limit:
+            return tokens, 0
+        # Cut points: where a user turn starts (so a reply never loses its question), and the
+        # last message. Dropping more only shortens the prompt: binary-search the smallest cut.
+        cuts = [i for i in range(1, len(turns)) if turns[i].role == "user"] or [len(turns) - 1]
+        if cuts[-1] != len(turns) - 1:
+            cuts.append(len(turns) - 1)
+        lo, hi = 0, len(cuts) - 1
+        best: tuple[list[int], int] | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            candidate = self.chat_prompt([*system, *turns[cuts[mid] :]])
+            if len(candidate) <= limit:
+                best, hi = (candidate, cuts[mid]), mid - 1
+            else:
+                lo = mid + 1
+        if best is None:
+            need = len(self.chat_prompt([*system, turns[-1]]))
+            raise ContextOverflowError(
+                f"the message needs {need:,} tokens but the context holds {self.context_size:,} "
+                f"(with {reserve:,} kept for the answer): shorten it, or use a larger context"
+            )
+        return best
+
+    @property
+    def context_size(self) -> int:
+        """Tokens that fit in both models' contexts."""
+        return min(m.n_ctx for m in (self.target, self.draft) if m is not None)
 
     def raw_prompt(self, text: str) -> list[int]:
         return self.target.tokenize(text, add_special=True, parse_special=False)
