@@ -11,14 +11,13 @@ arrays the engine does not need (BPE merges, token scores) are skipped without d
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import ModelFileError
 
@@ -264,19 +263,29 @@ class GGUFInfo:
 
 
 class _Reader:
-    def __init__(self, buf: mmap.mmap | bytes, path: Path) -> None:
-        self.buf = buf
+    """Reads the header with ordinary buffered reads, only as far as parsing goes: the header
+    is kilobytes to a few megabytes, the weights behind it gigabytes we never touch."""
+
+    def __init__(self, fh: BinaryIO, path: Path, size: int) -> None:
+        self.fh = fh
+        self.buf = bytearray()
         self.pos = 0
         self.path = path
-        self.size = len(buf)
+        self.size = size
 
     def _need(self, n: int) -> None:
-        if self.pos + n > self.size:
+        end = self.pos + n
+        if end > self.size:
             raise ModelFileError(
                 f"{self.path.name} is truncated: its header ends early "
-                f"(needed byte {self.pos + n:,} of a {self.size:,}-byte file). "
+                f"(needed byte {end:,} of a {self.size:,}-byte file). "
                 "The download is incomplete or the file is damaged; download it again."
             )
+        while len(self.buf) < end:
+            chunk = self.fh.read(max(1 << 20, end - len(self.buf)))
+            if not chunk:  # the file shrank while we read it
+                raise ModelFileError(f"{self.path.name} could not be read to the end of its header")
+            self.buf += chunk
 
     def scalar(self, vtype: int) -> Any:
         fmt, n = _SCALAR[vtype]
@@ -370,8 +379,7 @@ def read_gguf(path: str | os.PathLike[str], *, check_data: bool = True) -> GGUFI
                 if head != GGUF_MAGIC:
                     raise ModelFileError(f"{p.name} is not a GGUF model file ({size} bytes)")
                 raise ModelFileError(f"{p.name} is truncated ({size} bytes): download it again")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                info = _parse(mm, p, size)
+            info = _parse(_Reader(fh, p, size))
     except PermissionError as exc:
         raise ModelFileError(f"cannot read {p}: permission denied") from exc
     except OSError as exc:
@@ -389,13 +397,15 @@ def read_gguf(path: str | os.PathLike[str], *, check_data: bool = True) -> GGUFI
     return info
 
 
-def _parse(buf: mmap.mmap, path: Path, size: int) -> GGUFInfo:
-    r = _Reader(buf, path)
-    if bytes(buf[:4]) != GGUF_MAGIC:
+def _parse(r: _Reader) -> GGUFInfo:
+    path, size = r.path, r.size
+    r._need(4)
+    magic = bytes(r.buf[:4])
+    if magic != GGUF_MAGIC:
         hint = ""
-        if bytes(buf[:4]) in (b"ggml", b"ggjt", b"ggmf", b"lmgg", b"fmgg", b"tjgg"):
+        if magic in (b"ggml", b"ggjt", b"ggmf", b"lmgg", b"fmgg", b"tjgg"):
             hint = " It is an old GGML-format file: convert it to GGUF or download a GGUF build."
-        elif bytes(buf[:2]) == b"PK" or bytes(buf[:1]) == b"{" or bytes(buf[:1]) == b"<":
+        elif magic[:2] == b"PK" or magic[:1] in (b"{", b"<"):
             hint = " (It looks like an archive, JSON or a web page, not model weights.)"
         raise ModelFileError(f"{path.name} is not a GGUF model file.{hint}")
     r.pos = 4

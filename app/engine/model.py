@@ -155,16 +155,26 @@ class LoadedModel:
                 f"{name}: this llama.cpp build does not support the {arch!r} architecture. "
                 "Update llama-cpp-python (python3 scripts/install.py --rebuild) or pick another model."
             )
-        if any(
-            w in text for w in ("out of memory", "failed to allocate", "cudamalloc", "unable to allocate")
-        ):
+        memory_words = (
+            "out of memory",
+            "failed to allocate",
+            "cudamalloc",
+            "unable to allocate",
+            "cannot allocate memory",
+            "mmap failed",
+        )
+        if any(w in text for w in memory_words):
             where = "GPU memory" if self.gpu_layers else "memory"
             doing = "load the model" if stage == "load" else f"create a {self.options.n_ctx}-token context"
             return (
                 f"{name}: not enough {where} to {doing}. "
                 "Try a smaller context (--ctx), fewer GPU layers (--gpu-layers), or a smaller model."
             )
-        detail = errors[-1].strip() if errors else "no reason given"
+        # The most specific line is llama.cpp's "error loading model: <reason>".
+        reasons = [
+            e.split("error loading model:", 1)[1].strip() for e in errors if "error loading model:" in e
+        ]
+        detail = reasons[-1] if reasons else (errors[-1].strip() if errors else "no reason given")
         what = "load" if stage == "load" else "create a context for"
         return f"llama.cpp could not {what} {name}: {detail}"
 
