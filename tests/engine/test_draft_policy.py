@@ -10,7 +10,7 @@ from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expe
 def costs(draft_ms: float, verify_ms: dict[int, float]) -> CostModel:
     c = CostModel()
     for _ in range(5):
-        c.observe_draft(draft_ms / 1000, 3 * draft_ms / 1000, 3)
+        c.observe_model_draft(1, draft_ms / 1000, 3 * draft_ms / 1000, 3)
         for n, ms in verify_ms.items():
             c.observe_verify(n, ms / 1000)
     return c
@@ -26,7 +26,7 @@ def test_verify_cost_is_a_line_through_measured_sizes() -> None:
     c = costs(10, {1: 20, 5: 28})
     assert c.verify_time(3) == pytest.approx(24 / 1000)
     assert c.verify_time(9) == pytest.approx(36 / 1000)
-    assert c.draft_time(4) == pytest.approx(40 / 1000)
+    assert c.draft_time("model", 4) == pytest.approx(40 / 1000)
 
 
 def test_one_noisy_sample_does_not_lock_a_size_out() -> None:
@@ -40,24 +40,24 @@ def test_gpu_like_costs_draft_far_ahead() -> None:
     policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
     for _ in range(20):
         policy.observe(8, 8)
-    assert policy.choose(100) >= 10
+    assert policy.plan(100)[0] >= 10
 
 
 def test_expensive_draft_and_poor_acceptance_stop_drafting() -> None:
     policy = AdaptivePolicy(12, costs(15, {1: 20, 5: 32}))
     for _ in range(30):
         policy.observe(4, 0)
-    assert policy.choose(100) == 0
+    assert policy.plan(100)[0] == 0
 
 
 def test_drafting_resumes_after_a_pause() -> None:
     policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
     for _ in range(6):
         policy.observe(4, 0)
-    assert policy.choose(100) == 0
+    assert policy.plan(100)[0] == 0
     ks = []
     for _ in range(200):  # rounds without drafting carry no evidence: uncertainty grows
-        k = policy.choose(100)
+        k = policy.plan(100)[0]
         ks.append(k)
         policy.observe(k, k)
         if k:
@@ -66,6 +66,28 @@ def test_drafting_resumes_after_a_pause() -> None:
 
 
 def test_budget_clips_k() -> None:
-    assert FixedPolicy(8).choose(3) == 3
+    assert FixedPolicy(8).plan(3)[0] == 3
     policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
-    assert policy.choose(2) <= 2
+    assert policy.plan(2)[0] <= 2
+
+
+def test_lookup_costs_one_search_whatever_k() -> None:
+    c = CostModel()
+    c.observe_lookup(0.0001)
+    assert c.draft_time("lookup", 1) == c.draft_time("lookup", 12) == pytest.approx(0.0001)
+    assert c.draft_time("lookup", 0) == 0.0
+
+
+def test_unmeasured_costs_start_at_the_starting_k() -> None:
+    policy = AdaptivePolicy(12, CostModel(), k_start=4)
+    assert policy.plan(100) == (4, 0.0)
+    assert policy.plan(2) == (2, 0.0)
+
+
+def test_catchup_debt_makes_drafting_less_attractive() -> None:
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    for _ in range(10):
+        policy.observe(4, 2)
+    _, rate_free = policy.plan(100)
+    _, rate_debt = policy.plan(100, debt_per_token=0.02)
+    assert rate_debt < rate_free
