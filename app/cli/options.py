@@ -124,7 +124,7 @@ def pair_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
     """Resolve --pair: the cached files if complete, else download them with consent (a y/N
     question on a terminal, --yes otherwise). The pair's context and draft settings fill in
     options the user left unset."""
-    from app.catalog import load_catalog, local_file
+    from app.catalog import local_file
     from app.catalog.units import format_bytes
     from app.cli.pairs_cmd import download_with_progress
 
@@ -133,7 +133,8 @@ def pair_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
     need_draft = need_draft or (
         not getattr(args, "baseline", False) and getattr(args, "drafter", "model") != "lookup"
     )
-    spec = load_catalog(getattr(args, "catalog", None)).get(args.pair)
+    spec = pair_settings(args)
+    assert spec is not None
     files = [spec.target, spec.draft] if need_draft else [spec.target]
     missing = [f for f in files if local_file(f) is None]
     if missing:
@@ -167,16 +168,32 @@ def pair_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
     draft = local_file(spec.draft) if need_draft else None
     if target is None or (need_draft and draft is None):  # pragma: no cover - download checked them
         raise TandemError(f"pair {spec.name} is still incomplete in the Hugging Face cache")
-    if args.ctx is None:
-        args.ctx = spec.context
-    if args.p_min is None:
-        args.p_min = spec.p_min
-    if args.draft_max is None and args.adaptive:
-        args.draft_max = spec.draft_max
     return ModelChoice(target, draft, spec)
 
 
+def pair_settings(args: argparse.Namespace) -> PairSpec | None:
+    """The --pair's catalog entry (None without --pair). On first use its context and draft
+    settings fill in the options the user left unset, so generation_config, load_options and
+    model_choice agree whichever of them a command calls first."""
+    if not getattr(args, "pair", None):
+        return None
+    spec: PairSpec | None = getattr(args, "_pair_spec", None)
+    if spec is None:
+        from app.catalog import load_catalog
+
+        spec = load_catalog(getattr(args, "catalog", None)).get(args.pair)
+        args._pair_spec = spec
+        if args.ctx is None:
+            args.ctx = spec.context
+        if args.p_min is None:
+            args.p_min = spec.p_min
+        if args.draft_max is None and args.adaptive:
+            args.draft_max = spec.draft_max
+    return spec
+
+
 def load_options(args: argparse.Namespace) -> LoadOptions:
+    pair_settings(args)
     ctx = args.ctx if args.ctx is not None else DEFAULT_CTX
     if ctx < 64:
         raise TandemError("--ctx must be at least 64 tokens")
@@ -184,6 +201,7 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
 
 
 def generation_config(args: argparse.Namespace) -> GenerationConfig:
+    pair_settings(args)
     cfg = GenerationConfig(
         max_tokens=args.max_tokens,
         draft_max=args.draft_max

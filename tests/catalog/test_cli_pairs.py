@@ -81,6 +81,8 @@ def test_pull_shows_progress_resumes_nothing_twice_and_run_uses_the_pair(
     result = json.loads(run.stdout)
     assert len(result["tokens"]) == 8 and result["stats"]["generated"] == 8
     assert result["stats"]["draft_max"] == 4  # the pair's draft_max, since none was given
+    # The default drafter (auto) gets the pair's draft model too: both files were loaded.
+    assert result["memory"]["model_file_bytes"] == Path(target).stat().st_size + Path(draft).stat().st_size
     assert len(tiny_hub.requests) == before
 
 
@@ -131,3 +133,21 @@ def test_models_lists_given_files_and_their_drafts(
     assert main(["models", str(smollm2_f16.parent)]) == 0
     text = capsys.readouterr().out
     assert "SmolLM2-135M-Instruct.F16.gguf" in text and "tandem run --target" in text
+
+
+def test_bench_with_a_pair_uses_its_draft_and_settings(
+    tiny_hub: FakeHub, tiny_catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    from app.catalog import pull_pair
+
+    pull_pair(load_catalog().get("tiny"))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("chat: Once upon a time there was a\n")
+    out = tmp_path / "bench.json"
+    args = ["bench", "--pair", "tiny", "--runs", "1", "-n", "8", "--raw", "--prompts", str(prompts)]
+    assert main([*args, "--drafter", "model", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    text = json.dumps(report)
+    assert '"draft_max": 4' in text  # the pair's draft_max (4), not the default 12
+    assert "tiny-a-draft.gguf" in text  # the pair's draft model was loaded
+    capsys.readouterr()
