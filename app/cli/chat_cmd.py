@@ -1,0 +1,53 @@
+"""`tandem chat` (and plain `tandem`): start the terminal app.
+
+`tandem chat --target T --draft D` opens the chat with that pair; plain `tandem` opens the last
+pair used, or the pair picker on a first run. --ctx and --gpu-layers override the saved
+settings for this session only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from app.engine import TandemError
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="chat in the terminal app (the default command)",
+        description="Start Tandem's terminal app: chat with live speculative decoding.",
+    )
+    p.add_argument("--target", metavar="PATH", help="target GGUF (the model whose output you get)")
+    p.add_argument("--draft", metavar="PATH", help="draft GGUF (a small model with the same tokenizer)")
+    p.add_argument("--ctx", type=int, default=None, metavar="N", help="context size (default: settings)")
+    p.add_argument(
+        "--gpu-layers", type=int, default=None, metavar="N", help="GPU layers, -1 all (default: settings)"
+    )
+    p.set_defaults(func=chat)
+
+
+def chat(args: argparse.Namespace) -> int:
+    from app.ui.app import TandemApp
+    from app.ui.session import PairRef
+
+    target, draft = getattr(args, "target", None), getattr(args, "draft", None)
+    if bool(target) != bool(draft):
+        raise TandemError("give both --target PATH and --draft PATH (or neither, to pick in the app)")
+    pair = PairRef(Path(target).expanduser(), Path(draft).expanduser()) if target and draft else None
+    app = TandemApp(pair=pair)
+    overrides = {
+        k: v
+        for k, v in (
+            ("n_ctx", getattr(args, "ctx", None)),
+            ("n_gpu_layers", getattr(args, "gpu_layers", None)),
+        )
+        if v is not None
+    }
+    if overrides:
+        app.settings = replace(app.settings, **overrides)
+        app.settings.validate()
+    app.run()
+    return 0
