@@ -14,7 +14,7 @@ from app import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_cmd, run_cmd
+    from app.cli import bench_cmd, models_cmd, pairs_cmd, run_cmd
 
     parser = argparse.ArgumentParser(
         prog="tandem",
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
+    pairs_cmd.add_parsers(sub)
+    models_cmd.add_parser(sub)
     return parser
 
 
