@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from typing import Any, Literal
 from app.engine.gguf_file import GGUFInfo, read_gguf
 
 from .hub_cache import local_file
-from .spec import PairSpec, split_parts
+from .spec import ModelFile, PairSpec, split_parts
 from .units import format_bytes, parse_bytes
 
 Verdict = Literal["fits", "tight", "won't fit"]
@@ -122,13 +123,39 @@ def files_fit(target: Path, draft: Path | None, n_ctx: int) -> FitVerdict:
     return judge(need + runtime_overhead(weights), available, device)
 
 
-def estimate_pair_bytes(p: PairSpec, n_ctx: int | None = None) -> int:
-    """Memory a catalog pair needs at `n_ctx` (default: its own context), from the catalog.
+# Bits per weight of common llama.cpp quantizations (whole-file averages), for guessing the size
+# of a user-catalog file that gives no size_bytes from the parameter count in its name.
+_BITS_PER_WEIGHT = {
+    "F32": 32.0, "F16": 16.0, "BF16": 16.0, "Q8_0": 8.5, "Q6_K": 6.6, "Q5_K_M": 5.7, "Q5_K_S": 5.5,
+    "Q5_0": 5.5, "Q4_K_M": 4.9, "Q4_K_S": 4.6, "Q4_0": 4.6, "Q4_1": 5.0, "IQ4_XS": 4.3,
+    "IQ4_NL": 4.6, "Q3_K_L": 4.3, "Q3_K_M": 3.9, "Q3_K_S": 3.5, "Q2_K": 3.4,
+}  # fmt: skip
+_PARAMS_IN_NAME = re.compile(r"(?:^|[-_.])(\d+(?:\.\d+)?)([BM])(?=$|[-_.])", re.IGNORECASE)
+
+
+def estimate_file_bytes(f: ModelFile) -> int | None:
+    """The catalog's size, else a guess from the name (`...-14B-...-Q4_K_M.gguf`), else None."""
+    if f.size_bytes:
+        return f.size_bytes
+    bits = _BITS_PER_WEIGHT.get(f.quantization.upper())
+    m = _PARAMS_IN_NAME.search(f.display_name) or _PARAMS_IN_NAME.search(f.repo_id.split("/")[-1])
+    if bits is None or m is None:
+        return None
+    params = float(m.group(1)) * (1e9 if m.group(2).upper() == "B" else 1e6)
+    return int(params * bits / 8)
+
+
+def estimate_pair_bytes(p: PairSpec, n_ctx: int | None = None) -> int | None:
+    """Memory a catalog pair needs at `n_ctx` (default: its own context), from the catalog;
+    None when the catalog says too little to tell (a user pair without sizes).
 
     The catalog's gpu_memory_bytes holds weights + buffers + KV at the pair's context; the KV
     part scales linearly with the context. Without gpu_memory_bytes, a rough allowance."""
     ctx = n_ctx or p.context
-    weights = p.total_bytes
+    sizes = [estimate_file_bytes(p.target), estimate_file_bytes(p.draft)]
+    if p.gpu_memory_bytes <= 0 and None in sizes:
+        return None
+    weights = sum(s or 0 for s in sizes) if p.gpu_memory_bytes <= 0 else p.total_bytes
     fixed = weights + runtime_overhead(weights)
     if p.gpu_memory_bytes <= 0:
         return fixed + int(weights * ROUGH_KV_FRACTION * ctx / max(p.context, 1))
@@ -138,13 +165,14 @@ def estimate_pair_bytes(p: PairSpec, n_ctx: int | None = None) -> int:
 
 def pair_fit(p: PairSpec, n_ctx: int | None = None) -> FitVerdict:
     """Fit of a catalog pair: measured from the files when both are downloaded, else from the
-    catalog's figures."""
+    catalog's figures. need_bytes is 0 when neither can tell (a user pair without sizes whose
+    file names do not say the parameter count); the verdict is then "fits" by default."""
     ctx = n_ctx or p.context
     target, draft = local_file(p.target), local_file(p.draft)
     if target is not None and draft is not None:
         return files_fit(target, draft, ctx)
     available, device = device_memory()
-    return judge(estimate_pair_bytes(p, ctx), available, device)
+    return judge(estimate_pair_bytes(p, ctx) or 0, available, device)
 
 
 # ----------------------------------------------------------------------------- the device

@@ -154,7 +154,7 @@ def pairs(args: argparse.Namespace) -> int:
                 p.draft.display_name,
                 _size(p, target, draft),
                 local,
-                f"{fit.verdict} ({format_bytes(fit.need_bytes)})",
+                f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

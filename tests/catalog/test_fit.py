@@ -76,3 +76,25 @@ def test_tiny_models_fit_anywhere(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TANDEM_MEMORY", "2G")
     t = model_files.tiny_model("a", seed=1)
     assert files_fit(t, t, 512).verdict == "fits"
+
+
+def test_user_pair_without_sizes_is_estimated_from_file_names(hf_env: Path, monkeypatch: pytest.MonkeyPatch):
+    from app.catalog import ModelFile, PairSpec
+
+    def f(repo: str, name: str, quant: str) -> ModelFile:
+        return ModelFile(repo, name, 0, quant, "", False)
+
+    named = PairSpec(
+        "mine", "", "", f("a/Qwen2.5-14B-GGUF", "Qwen2.5-14B-Instruct-Q4_K_M.gguf", "Q4_K_M"),
+        f("b/c", "qwen2.5-0.5b-instruct-q8_0.gguf", "Q8_0"), 12, 0.0, 4096, 0,
+    )  # fmt: skip
+    weights = int(14e9 * 4.9 / 8) + int(0.5e9 * 8.5 / 8)
+    need = estimate_pair_bytes(named)
+    assert need is not None and weights < need < 1.3 * weights + 2**30
+    monkeypatch.setenv("TANDEM_MEMORY", "64G")
+    assert pair_fit(named).need_bytes == need
+
+    anonymous = PairSpec(
+        "x", "", "", f("a/b", "model.gguf", "unknown"), f("a/b", "small.gguf", "Q8_0"), 12, 0.0, 4096, 0
+    )
+    assert estimate_pair_bytes(anonymous) is None and pair_fit(anonymous).need_bytes == 0
