@@ -14,7 +14,7 @@ from app import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_cmd, chat_cmd, run_cmd
+    from app.cli import bench_cmd, chat_cmd, models_cmd, pairs_cmd, run_cmd
 
     parser = argparse.ArgumentParser(
         prog="tandem",
@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
+    pairs_cmd.add_parsers(sub)
+    models_cmd.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,36 @@
+"""Model pairs: the curated catalog, downloads from the Hugging Face hub, GGUFs already on
+disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI build on it).
+
+    spec.py        the catalog: models.toml + user catalogs, with line-precise errors
+    hub_cache.py   the Hugging Face cache layout: where, what is complete, adding entries
+    hub.py         resumable, cancellable, checksum-verified downloads with progress
+    discovery.py   GGUFs in the HF cache, LM Studio, Ollama and given paths; draft matching
+    fit.py         memory needed (weights + KV caches) vs GPU / unified / system memory
+"""
+
+from .discovery import LocalGGUF, discover_ggufs, drafts_for
+from .fit import FitVerdict, device_memory, files_fit, pair_fit
+from .hub import DownloadCancelled, DownloadError, DownloadProgress, download_file, pull_pair
+from .hub_cache import local_file
+from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog
+
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "DownloadCancelled",
+    "DownloadError",
+    "DownloadProgress",
+    "FitVerdict",
+    "LocalGGUF",
+    "ModelFile",
+    "PairSpec",
+    "device_memory",
+    "discover_ggufs",
+    "download_file",
+    "drafts_for",
+    "files_fit",
+    "load_catalog",
+    "local_file",
+    "pair_fit",
+    "pull_pair",
+]

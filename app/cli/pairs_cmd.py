@@ -1,0 +1,211 @@
+"""`tandem pairs` (the catalog, what is downloaded, what fits) and `tandem pull PAIR`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from app.catalog import (
+    Catalog,
+    DownloadCancelled,
+    FitVerdict,
+    ModelFile,
+    PairSpec,
+    device_memory,
+    download_file,
+    load_catalog,
+    local_file,
+    pair_fit,
+    pull_pair,
+)
+from app.catalog.hub_cache import hub_cache_dir, hub_endpoint
+from app.catalog.units import format_bytes
+from app.cli.process import interrupt_sets
+from app.cli.progress import ProgressPrinter
+from app.engine import TandemError
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "pairs",
+        help="list the catalog's model pairs, what is downloaded and what fits",
+        description="List the curated target + draft pairs (models.toml, plus --catalog / "
+        "TANDEM_CATALOG files): sizes, whether they are downloaded, and whether they fit in "
+        "this machine's GPU or memory.",
+    )
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.add_argument("--catalog", metavar="PATH", type=Path, help="also read pairs from this TOML file")
+    p.add_argument(
+        "--ctx", type=int, metavar="N", help="judge the fit at this context size (default: each pair's)"
+    )
+    p.set_defaults(func=pairs)
+
+    q = sub.add_parser(
+        "pull",
+        help="download a pair's models into the Hugging Face cache",
+        description="Download a catalog pair (target and draft) into the Hugging Face cache, "
+        "with progress. Interrupted downloads resume where they stopped.",
+    )
+    q.add_argument("pair", metavar="PAIR", help="a pair name from `tandem pairs`")
+    q.add_argument("--catalog", metavar="PATH", type=Path, help="also read pairs from this TOML file")
+    q.set_defaults(func=pull)
+
+
+# ------------------------------------------------------------------------------ tandem pairs
+def _file_json(f: ModelFile) -> dict[str, Any]:
+    path = local_file(f)
+    return {
+        "repo_id": f.repo_id,
+        "filename": f.filename,
+        "parts": list(f.parts),
+        "size_bytes": f.size_bytes,
+        "quantization": f.quantization,
+        "license": f.license,
+        "gated": f.gated,
+        "downloaded": path is not None,
+        "path": str(path) if path else None,
+    }
+
+
+def _fit_json(v: FitVerdict) -> dict[str, Any]:
+    return {
+        "verdict": v.verdict,
+        "need_bytes": v.need_bytes,
+        "available_bytes": v.available_bytes,
+        "device": v.device,
+    }
+
+
+def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
+    memory, device = device_memory()
+    out: list[dict[str, Any]] = []
+    for p in catalog.pairs:
+        target, draft = _file_json(p.target), _file_json(p.draft)
+        out.append(
+            {
+                "name": p.name,
+                "default": p.name == catalog.default,
+                "description": p.description,
+                "shines_on": p.shines_on,
+                "target": target,
+                "draft": draft,
+                "draft_max": p.draft_max,
+                "p_min": p.p_min,
+                "context": p.context,
+                "gpu_memory_bytes": p.gpu_memory_bytes,
+                "total_bytes": p.total_bytes,
+                "downloaded": target["downloaded"] and draft["downloaded"],
+                "fit": _fit_json(pair_fit(p, ctx)),
+            }
+        )
+    return {
+        "default": catalog.default,
+        "sources": [str(s) for s in catalog.sources],
+        "device": {"memory_bytes": memory, "description": device},
+        "hub_cache": str(hub_cache_dir()),
+        "pairs": out,
+    }
+
+
+def _downloaded_label(target: bool, draft: bool) -> str:
+    if target and draft:
+        return "yes"
+    if target or draft:
+        return "target" if target else "draft"
+    return "no"
+
+
+def _size(p: PairSpec, target: Path | None, draft: Path | None) -> str:
+    """The catalog's download size; for a user pair without sizes, what is on disk."""
+    if p.target.size_bytes and p.draft.size_bytes:
+        return format_bytes(p.total_bytes)
+    if target is not None and draft is not None:
+        on_disk = sum(
+            path.with_name(part.rsplit("/", 1)[-1]).stat().st_size
+            for f, path in ((p.target, target), (p.draft, draft))
+            for part in f.parts
+        )
+        return format_bytes(on_disk)
+    return format_bytes(p.total_bytes) + "+" if p.total_bytes else "?"
+
+
+def pairs(args: argparse.Namespace) -> int:
+    if args.ctx is not None and args.ctx < 64:
+        raise TandemError("--ctx must be at least 64 tokens")
+    catalog = load_catalog(args.catalog)
+    if args.json:
+        print(json.dumps(pairs_json(catalog, args.ctx), indent=2))
+        return 0
+    _, device = device_memory()
+    rows = [("PAIR", "TARGET", "DRAFT", "SIZE", "LOCAL", "FIT")]
+    for p in catalog.pairs:
+        fit = pair_fit(p, args.ctx)
+        name = p.name + (" *" if p.name == catalog.default else "")
+        target, draft = local_file(p.target), local_file(p.draft)
+        local = _downloaded_label(target is not None, draft is not None)
+        rows.append(
+            (
+                name,
+                p.target.display_name,
+                p.draft.display_name,
+                _size(p, target, draft),
+                local,
+                f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    ctx_note = f" at {args.ctx} tokens of context" if args.ctx else " at each pair's context"
+    print(f"\n* default pair. Fit{ctx_note}, for {device}.")
+    print('Download a pair with `tandem pull PAIR`; use it with `tandem run --pair PAIR "..."`.')
+    return 0
+
+
+# ------------------------------------------------------------------------------- tandem pull
+def pull(args: argparse.Namespace) -> int:
+    catalog = load_catalog(args.catalog)
+    spec = catalog.get(args.pair)
+    print(
+        f"pair {spec.name}: target {spec.target.repo_id}/{spec.target.filename}, "
+        f"draft {spec.draft.repo_id}/{spec.draft.filename}",
+        file=sys.stderr,
+    )
+    try:
+        target, draft = download_with_progress(spec, need_draft=True)
+    except DownloadCancelled:
+        print(
+            f"tandem: download stopped; what was downloaded is kept: run `tandem pull {spec.name}` to resume",
+            file=sys.stderr,
+        )
+        return 130
+    assert draft is not None
+    print(f"target: {target}\ndraft:  {draft}")
+    print(f'ready: tandem run --pair {spec.name} "your prompt"', file=sys.stderr)
+    return 0
+
+
+def download_with_progress(spec: PairSpec, *, need_draft: bool) -> tuple[Path, Path | None]:
+    """Fetch a pair (or only its target) with progress bars on stderr. Ctrl+C raises
+    DownloadCancelled promptly, keeping what was downloaded for the next attempt."""
+    cancel = threading.Event()
+    printer = ProgressPrinter()
+    missing = [
+        f for f in ((spec.target, spec.draft) if need_draft else (spec.target,)) if local_file(f) is None
+    ]
+    if missing:
+        size = sum(f.size_bytes for f in missing)
+        amount = format_bytes(size) if size else "the files"
+        print(f"downloading {amount} from {hub_endpoint()} into {hub_cache_dir()}", file=sys.stderr)
+    try:
+        with interrupt_sets(cancel):
+            if need_draft:
+                target, draft = pull_pair(spec, printer, cancel)
+                return target, draft
+            return download_file(spec.target, printer, cancel), None
+    finally:
+        printer.close()  # never leave a half-drawn bar before an error message

@@ -1,0 +1,133 @@
+"""`tandem pairs`, `tandem pull`, `tandem models` and `--pair`, as users run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hub_server import FakeHub
+
+from app.catalog import load_catalog
+from app.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real command in a child process, with this test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_pairs_json_lists_every_pair_with_repos_and_files(hf_env: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["pairs", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    catalog = load_catalog()
+    assert [p["name"] for p in out["pairs"]] == [p.name for p in catalog.pairs]
+    assert out["default"] == catalog.default and out["device"]["memory_bytes"] > 0
+    for entry, spec in zip(out["pairs"], catalog.pairs, strict=True):
+        assert entry["target"]["repo_id"] == spec.target.repo_id
+        assert entry["target"]["filename"] == spec.target.filename
+        assert entry["draft"]["repo_id"] == spec.draft.repo_id
+        assert entry["draft"]["filename"] == spec.draft.filename
+        assert entry["downloaded"] is False and entry["total_bytes"] == spec.total_bytes
+        assert entry["fit"]["verdict"] in ("fits", "tight", "won't fit")
+    split = next(p for p in out["pairs"] if len(p["target"]["parts"]) > 1)
+    assert split["target"]["parts"][0] == split["target"]["filename"]
+
+
+def test_pairs_table(hf_env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TANDEM_MEMORY", "24G")
+    assert main(["pairs"]) == 0
+    out = capsys.readouterr().out
+    for p in load_catalog().pairs:
+        assert p.name in out
+    assert "llama3.1-8b *" in out and "won't fit" in out and "fits (7.7 GB)" in out
+    assert "TANDEM_MEMORY=24G" in out
+
+
+def test_pull_shows_progress_resumes_nothing_twice_and_run_uses_the_pair(
+    tiny_hub: FakeHub, tiny_catalog: Path, hf_env: Path, monkeypatch: pytest.MonkeyPatch
+):
+    done = tandem("pull", "tiny")
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "downloading tiny-a.gguf (14.8 MB)" in err and "downloading tiny-a-draft.gguf (14.8 MB)" in err
+    assert "done: tiny-a.gguf  14.8 MB in" in err and "checksum verified" in err
+    assert "\r" not in err and "\x1b[" not in err  # plain lines when not on a terminal
+    target, draft = (line.split(maxsplit=1)[1] for line in done.stdout.splitlines())
+    assert Path(target).name == "tiny-a.gguf" and Path(draft).name == "tiny-a-draft.gguf"
+    assert Path(target).is_relative_to(hf_env)
+
+    again = tandem("pull", "tiny")
+    assert again.returncode == 0 and "(already downloaded)" in again.stderr
+
+    # Offline, from the cache: `run --pair` needs no network and uses the pair's settings.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = len(tiny_hub.requests)
+    run = tandem("run", "--pair", "tiny", "--json", "-n", "8", "--temp", "0", "Hello")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert len(result["tokens"]) == 8 and result["stats"]["generated"] == 8
+    assert result["stats"]["draft_max"] == 4  # the pair's draft_max, since none was given
+    assert len(tiny_hub.requests) == before
+
+
+def test_failing_pull_is_one_line_without_traceback(tiny_hub: FakeHub, tiny_catalog: Path, tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        tiny_catalog.read_text().replace('"tiny-a.gguf"', '"gone.gguf"').replace('"tiny"', '"broken"')
+    )
+    result = tandem("pull", "broken", "--catalog", str(bad))
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("tandem: error:")]
+    assert len(lines) == 1 and "gone.gguf is not in test-org/tiny-GGUF" in lines[0]
+    assert "Traceback" not in result.stderr
+
+    unknown = tandem("pull", "no-such-pair")
+    assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
+    assert unknown.stderr.strip().startswith("tandem: error: unknown pair 'no-such-pair'")
+
+
+def test_pair_not_downloaded_needs_consent(
+    tiny_hub: FakeHub, tiny_catalog: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Not a terminal and no --yes: refuse and say how to get it. With --yes: fetch, then run."""
+    refused = tandem("run", "--pair", "tiny", "-n", "4", "Hi")
+    assert refused.returncode == 1
+    assert "pair tiny is not downloaded yet" in refused.stderr and "tandem pull tiny" in refused.stderr
+    assert not tiny_hub.gets("tiny-a.gguf")
+
+    assert main(["run", "--pair", "tiny", "--yes", "--baseline", "-n", "4", "--json", "Hi"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["tokens"]) == 4
+    assert tiny_hub.gets("tiny-a.gguf") and not tiny_hub.gets("tiny-a-draft.gguf")  # baseline: target only
+
+
+def test_pair_and_target_are_exclusive(hf_env: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["run", "--pair", "llama3.1-8b", "--target", "x.gguf", "Hi"]) == 1
+    assert "either --pair NAME or --target/--draft" in capsys.readouterr().err
+
+
+def test_models_lists_given_files_and_their_drafts(
+    hf_env: Path, smollm2_f16: Path, capsys: pytest.CaptureFixture[str]
+):
+    tiny = Path(__file__).parent  # a folder without GGUFs is fine
+    assert main(["models", "--json", str(smollm2_f16), str(tiny)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (m,) = out["models"]
+    assert m["path"] == str(smollm2_f16) and m["source"] == "path" and m["drafts"] == []
+    assert main(["models", str(smollm2_f16.parent)]) == 0
+    text = capsys.readouterr().out
+    assert "SmolLM2-135M-Instruct.F16.gguf" in text and "tandem run --target" in text
