@@ -1,7 +1,7 @@
 """`tandem chat` (and plain `tandem`): start the terminal app.
 
 `tandem chat --target T --draft D` opens the chat with that pair; plain `tandem` opens the last
-pair used, or the pair picker on a first run. --ctx and --gpu-layers override the saved
+pair used, or the pair picker on a first run. --ctx, --gpu-layers and --threads override the saved
 settings for this session only.
 """
 
@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--gpu-layers", type=int, default=None, metavar="N", help="GPU layers, -1 all (default: settings)"
     )
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: settings)")
     p.set_defaults(func=chat)
 
 
@@ -43,6 +44,7 @@ def chat(args: argparse.Namespace) -> int:
         for k, v in (
             ("n_ctx", getattr(args, "ctx", None)),
             ("n_gpu_layers", getattr(args, "gpu_layers", None)),
+            ("n_threads", getattr(args, "threads", None)),
         )
         if v is not None
     }

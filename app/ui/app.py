@@ -66,7 +66,7 @@ class TandemApp(App[None]):
     async def on_mount(self) -> None:
         await self.push_screen(self.chat)
         for note in self._settings_notes:
-            self.notify(note, severity="warning", timeout=10)
+            self.notify(note, severity="warning", timeout=10, markup=False)
         ref = self.initial_pair or self.last_pair()
         if ref is not None:
             self.load_pair(ref)
@@ -90,7 +90,7 @@ class TandemApp(App[None]):
     def load_pair(self, ref: PairRef) -> bool:
         """Start loading `ref` in a worker; False if a load is already under way."""
         if self.loading is not None:
-            self.notify(f"Already loading {self.loading.label}…", severity="warning")
+            self.notify(f"Already loading {self.loading.label}…", severity="warning", markup=False)
             return False
         self.loading = ref
         self.chat.stop_generation()
@@ -149,7 +149,11 @@ class TandemApp(App[None]):
         self.speed = self.speeds.get(message.current.ref.key) if message.current else None
         kept = f" Still using {message.current.ref.label}." if message.current else ""
         self.notify(
-            message.error + kept, title=f"Could not load {message.ref.label}", severity="error", timeout=12
+            message.error + kept,
+            title=f"Could not load {message.ref.label}",
+            severity="error",
+            timeout=12,
+            markup=False,
         )
         self.chat.refresh_pair()
         picker = self._picker()
@@ -180,7 +184,7 @@ class TandemApp(App[None]):
     def on_speed_measured(self, message: SpeedMeasured) -> None:
         self.calibrating = False
         if message.error:
-            self.notify(f"Could not time the target: {message.error}", severity="warning")
+            self.notify(f"Could not time the target: {message.error}", severity="warning", markup=False)
         if message.reference is not None and message.loaded is self.loaded:
             current = self.speeds.get(message.loaded.ref.key)
             # A measured rate (from the demo) is better than any estimate: keep it.
@@ -199,7 +203,7 @@ class TandemApp(App[None]):
         try:
             self.conversations.save(conv)
         except OSError as exc:
-            self.notify(f"Could not save the chat: {exc}", severity="error")
+            self.notify(f"Could not save the chat: {exc}", severity="error", markup=False)
 
     def chat_busy(self) -> bool:
         return self.chat.job is not None
@@ -256,13 +260,13 @@ class TandemApp(App[None]):
         try:
             save_settings(self.dirs.settings_file, settings)
         except OSError as exc:
-            self.notify(f"Could not save the settings: {exc}", severity="error")
+            self.notify(f"Could not save the settings: {exc}", severity="error", markup=False)
         self.chat.refresh_pair()
         if settings.needs_reload(old) and self.loaded is not None:
-            self.notify("Context size or GPU layers changed: reloading the pair.")
+            self.notify("Loading options changed: reloading the pair.", markup=False)
             self.load_pair(self.loaded.ref)
         else:
-            self.notify("Settings saved.")
+            self.notify("Settings saved.", markup=False)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

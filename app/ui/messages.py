@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.message import Message
 
+from app.ui.pairs import CatalogListing, DiskModel, PairDownload
 from app.ui.session import LoadedPair, PairRef
 from app.ui.speed import SpeedReference
 
@@ -39,4 +42,38 @@ class SpeedMeasured(Message):
         super().__init__()
         self.loaded = loaded
         self.reference = reference
+        self.error = error
+
+
+class CatalogReady(Message):
+    def __init__(self, listing: CatalogListing) -> None:
+        super().__init__()
+        self.listing = listing
+
+
+class DiskReady(Message):
+    def __init__(self, models: list[DiskModel], error: str = "") -> None:
+        super().__init__()
+        self.models = models
+        self.error = error
+
+
+class NetworkChecked(Message):
+    def __init__(self, online: bool, reason: str) -> None:
+        super().__init__()
+        self.online = online
+        self.reason = reason
+
+
+class DownloadUpdate(Message):
+    def __init__(self, download: PairDownload) -> None:
+        super().__init__()
+        self.download = download
+
+
+class DownloadFinished(Message):
+    def __init__(self, download: PairDownload, paths: tuple[Path, Path] | None, error: str = "") -> None:
+        super().__init__()
+        self.download = download
+        self.paths = paths
         self.error = error

@@ -40,6 +40,7 @@ class Settings:
     # Loading: a change takes effect when the pair is next loaded.
     n_ctx: int = 4096
     n_gpu_layers: int = -1
+    n_threads: int | None = None  # None: one per core (llama.cpp's default)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
     def validate(self) -> None:
@@ -50,6 +51,8 @@ class Settings:
             raise TandemError("max tokens must be at least 1")
         if self.n_ctx < 64:
             raise TandemError("the context size must be at least 64 tokens")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise TandemError("CPU threads must be at least 1 (or empty: one per core)")
         if self.n_gpu_layers < -1:
             raise TandemError("GPU layers must be -1 (all), 0 (none) or a positive number")
         if not math.isfinite(self.temperature):
@@ -71,11 +74,11 @@ class Settings:
         )
 
     def load_options(self) -> LoadOptions:
-        return LoadOptions(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers)
+        return LoadOptions(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, n_threads=self.n_threads)
 
     def needs_reload(self, other: Settings) -> bool:
         """Whether going from `other` to these settings changes how models are loaded."""
-        return (self.n_ctx, self.n_gpu_layers) != (other.n_ctx, other.n_gpu_layers)
+        return self.load_options() != other.load_options()
 
     @property
     def greedy(self) -> bool:
@@ -94,6 +97,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "max_tokens": (int,),
     "n_ctx": (int,),
     "n_gpu_layers": (int,),
+    "n_threads": (int,),
     "system_prompt": (str,),
 }
 assert set(_TYPES) == {f.name for f in fields(Settings)}

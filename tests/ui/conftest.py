@@ -7,22 +7,80 @@ or bonus is the same on every run (greedy decoding with a fixed K depends on the
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "catalog"))
 
 import model_files
+from hub_server import FakeHub
+from ui_helpers import FIXED
 
 from app.ui.session import PairRef
 from app.ui.settings import Settings, save_settings
 from app.ui.storage import AppDirs
 
-FIXED = Settings(draft_max=4, adaptive=False, max_tokens=48, n_ctx=1024)
+TINY_REPO = "test-org/tiny-GGUF"
+TINY_CATALOG = f"""
+include_builtin = false
+default = "tiny"
+
+[[pair]]
+name = "tiny"
+description = "two tiny random-weight models with SmolLM2's tokenizer"
+shines_on = "tests"
+draft_max = 4
+context = 1024
+
+[pair.target]
+repo_id = "{TINY_REPO}"
+filename = "tiny-a.gguf"
+
+[pair.draft]
+repo_id = "{TINY_REPO}"
+filename = "tiny-a-draft.gguf"
+"""
+
+
+@pytest.fixture(autouse=True)
+def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reads the real Hugging Face cache, LM Studio or Ollama folders, token or network."""
+    home = tmp_path / "home"
+    home.mkdir()
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # tests that download point HF_ENDPOINT at a fake hub
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("TANDEM_MEMORY", "24G")  # fit verdicts must not depend on what is free now
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TANDEM_CATALOG", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    return cache
+
+
+@pytest.fixture
+def tiny_hub(
+    hf_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_target: Path, tiny_draft: Path
+) -> Iterator[FakeHub]:
+    """A local fake hub serving the tiny pair, and a catalog whose only (default) pair it is."""
+    server = FakeHub(lifetime_s=300).start()
+    server.add(TINY_REPO, "tiny-a.gguf", tiny_target)
+    server.add(TINY_REPO, "tiny-a-draft.gguf", tiny_draft)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    catalog = tmp_path / "pairs.toml"
+    catalog.write_text(TINY_CATALOG)
+    monkeypatch.setenv("TANDEM_CATALOG", str(catalog))
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from textual.pilot import Pilot
 from textual.widgets import Input, Markdown
-from ui_helpers import run_app, send, wait_for, wait_ready
+from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
 from app.engine import Origin
 from app.ui.app import TandemApp
@@ -33,14 +33,16 @@ def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef
         assert Origin.DRAFT in origins and Origin.TARGET in origins
         # The rendered lines carry the origin colours.
         strip_styles = {
-            str(seg.style.color.triplet.hex) if seg.style and seg.style.color and seg.style.color.triplet else ""
+            str(seg.style.color.triplet.hex)
+            if seg.style and seg.style.color and seg.style.color.triplet
+            else ""
             for strip in answers[0].tokens._strips + answers[0].tokens._tail
             for seg in strip
         }
         assert "#7bd88f" in strip_styles  # draft accepted (green)
         turns = chat.conv.turns
         assert [t.role for t in turns] == ["user", "assistant"]
-        assert turns[1].content and turns[1].stats["generated"] == 48
+        assert turns[1].content and turns[1].stats["generated"] == 32
         view = chat.query_one(StatsPanel).view
         assert view.prefill_tokens is not None and view.prefill_tokens == view.prompt_tokens
         assert view.tokens_per_s and view.speedup and view.acceptance is not None
@@ -73,8 +75,6 @@ def test_second_turn_prefills_only_the_new_turn(dirs: AppDirs, tiny_ref: PairRef
 def test_escape_stops_at_once_and_keeps_the_text(
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
-    from conftest import FIXED
-
     assert callable(write_settings)
     write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
     app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
@@ -174,6 +174,7 @@ def test_no_pair_sending_says_what_to_do(dirs: AppDirs) -> None:
         # First run: the picker is open; going back to the chat is refused without a pair.
         assert app.screen.id == "picker"
         assert app.chat.send("hello") is False
-        assert any("F2" in n.message for n in app._notifications)
+        await pilot.pause()
+        assert any("F2" in n.message for n in app._notifications), [n.message for n in app._notifications]
 
     run_app(app, scenario)

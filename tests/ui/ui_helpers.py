@@ -9,9 +9,18 @@ from collections.abc import Awaitable, Callable
 from textual.pilot import Pilot
 
 from app.ui.app import TandemApp
+from app.ui.settings import Settings
+
+# Greedy decoding with a fixed K: which tokens are drafted, corrected or bonus depends on the
+# models only, so the colours are the same on every run.
+# One llama.cpp thread: the tiny models need no more, and a test machine shared with other
+# jobs then cannot stall a generation on a thread that is waiting for a core.
+FIXED = Settings(draft_max=4, adaptive=False, max_tokens=32, n_ctx=1024, n_threads=1)
 
 
-async def wait_for(pilot: Pilot[None], cond: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
+async def wait_for(
+    pilot: Pilot[None], cond: Callable[[], object], timeout: float = 60.0, what: str = ""
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -50,7 +59,7 @@ def run_app(
     """Run `scenario` against the app, headless, at a fixed terminal size."""
 
     async def main() -> None:
-        async with app.run_test(size=size) as pilot:
+        async with app.run_test(size=size, notifications=True) as pilot:
             await scenario(pilot)
 
     asyncio.run(main())

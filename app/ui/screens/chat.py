@@ -200,13 +200,13 @@ class ChatScreen(Screen[None]):
     def _can_start(self) -> bool:
         app = self.tandem
         if self.job is not None:
-            self.notify("Still answering: Esc stops it.", severity="warning")
+            self.notify("Still answering: Esc stops it.", severity="warning", markup=False)
             return False
         if app.loading is not None:
-            self.notify("The pair is still loading…", severity="warning")
+            self.notify("The pair is still loading…", severity="warning", markup=False)
             return False
         if app.loaded is None:
-            self.notify("No model pair is loaded: press F2 to pick one.", severity="warning")
+            self.notify("No model pair is loaded: press F2 to pick one.", severity="warning", markup=False)
             return False
         return True
 
@@ -309,7 +309,7 @@ class ChatScreen(Screen[None]):
             if self.conv.turns and self.conv.turns[-1].role == "user":
                 self.conv.turns.pop()
         self._failed = True
-        self.notify(failed.message, title="Could not answer", severity="error", timeout=8)
+        self.notify(failed.message, title="Could not answer", severity="error", timeout=8, markup=False)
         self.update_stats(force=True)
 
     # ------------------------------------------------------------------ actions
@@ -323,10 +323,10 @@ class ChatScreen(Screen[None]):
 
     def action_regenerate(self) -> None:
         if self.job is not None:
-            self.notify("Still answering: Esc stops it first.", severity="warning")
+            self.notify("Still answering: Esc stops it first.", severity="warning", markup=False)
             return
         if not self.conv.turns:
-            self.notify("Nothing to regenerate yet.")
+            self.notify("Nothing to regenerate yet.", markup=False)
             return
         if not self._can_start():
             return
@@ -375,11 +375,11 @@ class ChatScreen(Screen[None]):
     def action_copy_answer(self) -> None:
         last = next((t for t in reversed(self.conv.turns) if t.role == "assistant"), None)
         if last is None:
-            self.notify("No answer to copy yet.")
+            self.notify("No answer to copy yet.", markup=False)
             return
         # OSC 52: the terminal puts it on the clipboard (most terminals; tmux with set-clipboard).
         self.app.copy_to_clipboard(last.content)
-        self.notify(f"Copied the last answer ({len(last.content)} characters).")
+        self.notify(f"Copied the last answer ({len(last.content)} characters).", markup=False)
 
     def action_toggle_colour(self) -> None:
         self.colour = not self.colour
@@ -395,7 +395,7 @@ class ChatScreen(Screen[None]):
                 return
             conv = self.tandem.conversations.load(conv_id)
             if conv is None:
-                self.notify("That conversation could not be read.", severity="error")
+                self.notify("That conversation could not be read.", severity="error", markup=False)
                 return
             self.action_stop()
             self.tandem.save_conversation(self.conv)

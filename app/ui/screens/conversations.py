@@ -81,5 +81,5 @@ class ConversationsScreen(ModalScreen[str | None]):
         option = options.get_option_at_index(options.highlighted)
         if option.id:
             self.store.delete(option.id)
-            self.notify("Chat deleted.")
+            self.notify("Chat deleted.", markup=False)
             self._fill()

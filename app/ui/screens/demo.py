@@ -134,13 +134,17 @@ class DemoScreen(Screen[None]):
     def action_run(self) -> None:
         app = self.tandem
         if self.job is not None:
-            self.notify("The demo is running: Esc stops it.", severity="warning")
+            self.notify("The demo is running: Esc stops it.", severity="warning", markup=False)
             return
         if app.loaded is None or app.loading is not None:
-            self.notify("No model pair is loaded: press F2 to pick one.", severity="warning")
+            self.notify("No model pair is loaded: press F2 to pick one.", severity="warning", markup=False)
             return
         if app.chat_busy():
-            self.notify("The chat is still answering: stop it first (Esc in the chat).", severity="warning")
+            self.notify(
+                "The chat is still answering: stop it first (Esc in the chat).",
+                severity="warning",
+                markup=False,
+            )
             return
         text = self.query_one("#demo-prompt", Input).value.strip()
         if not text:
@@ -218,7 +222,7 @@ class DemoScreen(Screen[None]):
             self.job = None
             pane.remove_class("-running")
             self._verdict(f"Could not run: {failed.message}")
-            self.notify(failed.message, severity="error")
+            self.notify(failed.message, severity="error", markup=False)
         elif done is not None:
             self._stage_done(pane, done.stats)
 

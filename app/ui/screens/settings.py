@@ -32,6 +32,7 @@ FIELDS: list[tuple[str, str, str, str]] = [
     ("max_tokens", "Max tokens", "integer", "longest answer"),
     ("n_ctx", "Context size", "integer", "tokens; applies on the next load of the pair"),
     ("n_gpu_layers", "GPU layers", "integer", "-1 = all, 0 = CPU only; applies on the next load"),
+    ("n_threads", "CPU threads", "integer", "empty = one per core; applies on the next load"),
     ("system_prompt", "System prompt", "text", "for new chats (Ctrl+G edits the current one)"),
 ]
 
@@ -104,7 +105,7 @@ class SettingsScreen(ModalScreen[Settings | None]):
             raw = self.query_one(f"#{name}", Input).value.strip()
             if kind == "text":
                 values[name] = self.query_one(f"#{name}", Input).value
-            elif name == "seed" and not raw:
+            elif name in ("seed", "n_threads") and not raw:
                 values[name] = None
             else:
                 try:

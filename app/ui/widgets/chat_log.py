@@ -40,6 +40,9 @@ class Note(Static):
     Note.-error { color: $error; }
     """
 
+    def __init__(self, text: str) -> None:
+        super().__init__(text, markup=False)
+
 
 def answer_footer(stats: dict[str, Any]) -> str:
     """One dim line under an answer: how it was produced."""
