@@ -24,7 +24,9 @@ def test_chat_opens_the_given_pair(started: list[TandemApp], tmp_path: Path) -> 
     assert main(["chat", "--target", "~/t.gguf", "--draft", "d.gguf", "--ctx", "2048", "--threads", "1"]) == 0
     [app] = started
     assert app.initial_pair is not None
-    assert app.initial_pair.target == Path("~/t.gguf").expanduser() and app.initial_pair.draft == Path("d.gguf")
+    assert app.initial_pair.target == Path("~/t.gguf").expanduser() and app.initial_pair.draft == Path(
+        "d.gguf"
+    )
     assert app.settings.n_ctx == 2048 and app.settings.n_threads == 1
     # The user directories come from platformdirs (XDG on Linux).
     assert app.dirs.config == tmp_path / "config" / "tandem"

@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Footer, Header, Input, Static
 
 from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
 from app.ui.conversations import Conversation, Turn, encode_spans
@@ -45,7 +45,7 @@ class ChatScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+r", "regenerate", "Regenerate"),
-        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+n", "new_chat", "New"),
         Binding("ctrl+y", "copy_answer", "Copy"),
         Binding("ctrl+t", "toggle_colour", "Colours"),
         Binding("ctrl+o", "open_chats", "Chats"),
@@ -55,6 +55,8 @@ class ChatScreen(Screen[None]):
     DEFAULT_CSS = """
     ChatScreen #body { height: 1fr; }
     ChatScreen #main { width: 1fr; height: 1fr; }
+    ChatScreen #system-row { height: 1; background: $boost; }
+    ChatScreen #system-label { width: auto; padding: 0 0 0 1; color: $text-muted; }
     ChatScreen #system {
         height: 1;
         border: none;
@@ -89,12 +91,14 @@ class ChatScreen(Screen[None]):
         yield Header(icon="⇉")
         with Horizontal(id="body"):
             with Vertical(id="main"):
-                yield Input(placeholder="system prompt (empty: none)", id="system")
+                with Horizontal(id="system-row"):
+                    yield Static("system ›", id="system-label")
+                    yield Input(placeholder="no system prompt (Ctrl+G edits)", id="system")
                 yield ChatLog(id="log")
                 yield Legend()
                 yield Input(placeholder="Message · Enter sends · Esc stops", id="prompt")
             yield StatsPanel()
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.conv.system_prompt = self.tandem.settings.system_prompt
@@ -382,10 +386,13 @@ class ChatScreen(Screen[None]):
         self.notify(f"Copied the last answer ({len(last.content)} characters).", markup=False)
 
     def action_toggle_colour(self) -> None:
+        follow = self.log_view.near_end
         self.colour = not self.colour
         for view in self.log_view.query(AnswerView):
             view.set_colour(self.colour)
         self.query_one(Legend).set_colour(self.colour)
+        if follow:
+            self.call_after_refresh(self.log_view.follow)
 
     def action_open_chats(self) -> None:
         from app.ui.screens.conversations import ConversationsScreen

@@ -53,11 +53,12 @@ class DemoPane(Vertical):
     DemoPane > VerticalScroll { height: 1fr; }
     """
 
-    def __init__(self, title: str, pane_id: str) -> None:
+    def __init__(self, title: str, pane_id: str, *, colour: bool) -> None:
         super().__init__(id=pane_id)
         self.border_title = title
+        self.colour = colour  # the target alone: every token is its own, nothing to colour
         self.speed = Static("waiting", classes="pane-speed", markup=False)
-        self.text = TokenText()
+        self.text = TokenText(colour=colour)
         self.scroll = VerticalScroll()
         self.ids: list[int] = []
         self.live = LiveStats()
@@ -71,7 +72,7 @@ class DemoPane(Vertical):
         self.ids = []
         self.live = LiveStats()
         self.text.remove()
-        self.text = TokenText()
+        self.text = TokenText(colour=self.colour)
         self.scroll.mount(self.text)
         self.speed.update("waiting")
 
@@ -116,10 +117,10 @@ class DemoScreen(Screen[None]):
         yield Static(EXPLAIN, id="explain", markup=False)
         yield Input(DEFAULT_PROMPT, placeholder="Prompt · Enter runs", id="demo-prompt")
         with Horizontal(id="panes"):
-            yield DemoPane("Target alone", "baseline")
-            yield DemoPane("Speculative: target + draft", "speculative")
+            yield DemoPane("Target alone", "baseline", colour=False)
+            yield DemoPane("Speculative: target + draft (coloured by origin)", "speculative", colour=True)
         yield Static("Enter runs the demo.", id="verdict", markup=False)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         loaded = self.tandem.loaded

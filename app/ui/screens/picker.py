@@ -72,7 +72,9 @@ def check_paths(target: str, draft: str) -> PairRef:
 def fit_text(fit: FitVerdict | None) -> Text:
     if fit is None or fit.need_bytes == 0:
         return Text("unknown", style="dim")
-    return Text(fit.verdict, style=FIT_STYLE.get(fit.verdict, ""))
+    t = Text(fit.verdict, style=FIT_STYLE.get(fit.verdict, ""))
+    t.append(f" · {format_bytes(fit.need_bytes)}", style="dim")
+    return t
 
 
 class PickerScreen(Screen[None]):
@@ -156,7 +158,7 @@ class PickerScreen(Screen[None]):
             yield LoadingIndicator()
             yield Static("", id="loading-text", markup=False)
         yield Static("", id="error", markup=False)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.sub_title = "pairs"

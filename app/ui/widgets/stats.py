@@ -71,7 +71,7 @@ def _reference_text(v: StatsView) -> str:
 
 def _stop_text(reason: str) -> str:
     return {
-        "eog": "end of answer",
+        "eog": "done",
         "max_tokens": "max tokens",
         "stop_string": "stop text",
         "cancelled": "stopped (Esc)",
@@ -120,9 +120,9 @@ def render_narrow(v: StatsView) -> Text:
     t.append(_fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%"))
     t.append("  ")
     t.append(_fmt(v.tokens_per_round, ".2f", " tok/pass"))
-    t.append(f"  K {_k_text(v)}")
+    t.append(f"  K {'–' if v.k is None else v.k}/{v.k_max}")
     if v.prefill_tokens is not None:
-        t.append(f"  prefill {v.prefill_tokens} tok this turn")
+        t.append(f"  prefill {v.prefill_tokens}/{v.prompt_tokens}")
     t.append("\n")
     t.append(f"{v.state} · {_reference_text(v)}", style="dim")
     return t
