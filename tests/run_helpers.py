@@ -56,12 +56,14 @@ def run(
     cancel: threading.Event | None = None,
     cancel_after: int | None = None,
     adaptive: bool = False,
+    drafter: str = "model",
 ) -> Run:
     """One generation. K is fixed unless adaptive=True, so tests control the paths taken."""
     cfg = GenerationConfig(
         max_tokens=max_tokens,
         draft_max=draft_max,
         adaptive=adaptive,
+        drafter=drafter,  # type: ignore[arg-type]
         p_min=p_min,
         sampler=SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         stop=stop,

@@ -1,10 +1,9 @@
-"""`tandem bench`: target-only vs speculative on a set of prompts, in one process.
+"""`tandem bench`: target-only vs speculative decoding, per prompt and per category.
 
-Method (also in docs/benchmarks.md): both models are loaded once; one short warm-up run of
-each mode; then for every prompt `--runs` pairs of runs, alternating which mode goes first so
-that drift (thermal, other load) hits both equally. Runs never overlap. Speed is decode
-tokens/s, prefill excluded. A prompt's speedup is the median of its per-pair ratios; the
-overall figures are the median of all per-pair ratios and the ratio of aggregate tokens/s.
+Method (docs/benchmarks.md): both models load once; costs are measured directly; every prompt
+then runs `--runs` rounds of [target alone + each setting], rotating the order each round, one
+generation at a time. Speed is decode tokens/s (prefill excluded); a speedup is the median of
+per-round ratios against the target-only run of the same round.
 """
 
 from __future__ import annotations
@@ -12,13 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app import __version__
+from app.bench.chart import speedup_chart
+from app.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
+from app.bench.report import build_report
+from app.bench.runner import RunRecord, run_bench
+from app.bench.settings import parse_settings
 from app.cli.options import (
     add_generation_options,
     add_model_options,
@@ -28,279 +30,236 @@ from app.cli.options import (
 )
 from app.cli.process import peak_rss_bytes
 from app.cli.run_cmd import build_prompt
-from app.engine import DoneEvent, GenerationConfig, GenerationStats, ModelPair, TandemError, TokenEvent
-from app.engine.costs import MeasuredCosts, measure_costs
-
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent / "assets" / "prompts" / "bench.txt"
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    category: str
-    text: str
-
-
-@dataclass
-class PromptResult:
-    prompt: BenchPrompt
-    baseline: list[GenerationStats] = field(default_factory=list)
-    speculative: list[GenerationStats] = field(default_factory=list)
-    identical: bool = True
-
-    @property
-    def ratios(self) -> list[float]:
-        return [
-            s.decode_tokens_per_s / b.decode_tokens_per_s
-            for b, s in zip(self.baseline, self.speculative, strict=True)
-            if b.decode_tokens_per_s > 0
-        ]
-
-    def summary(self, costs: MeasuredCosts) -> dict[str, Any]:
-        drafted = sum(s.drafted for s in self.speculative)
-        accepted = sum(s.accepted for s in self.speculative)
-        gen = sum(s.generated for s in self.speculative)
-        rounds = sum(s.rounds for s in self.speculative)
-        speedup = statistics.median(self.ratios) if self.ratios else 0.0
-        predicted = costs.predicted_speedup(gen / rounds, drafted / rounds) if rounds else 0.0
-        return {
-            "category": self.prompt.category,
-            "prompt": self.prompt.text,
-            "baseline_tokens_per_s": statistics.median(b.decode_tokens_per_s for b in self.baseline),
-            "speculative_tokens_per_s": statistics.median(s.decode_tokens_per_s for s in self.speculative),
-            "speedup": speedup,
-            "predicted_speedup": predicted,
-            "efficiency": speedup / predicted if predicted else 0.0,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "tokens_per_round": gen / rounds if rounds else 0.0,
-            "mean_draft_length": drafted / rounds if rounds else 0.0,
-            "python_overhead": statistics.median(s.python_overhead for s in self.speculative),
-            "generated_tokens": self.speculative[0].generated if self.speculative else 0,
-            "identical_output": self.identical,
-        }
+from app.engine import ModelPair, TandemError
+from app.engine.costs import measure_costs
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
         help="measure speculative vs target-only speed",
-        description="Run each prompt target-only and speculative, alternating, and "
-        "print speedup, acceptance and tokens per target pass.",
+        description="Run each prompt target-only and speculative (one or more settings), alternating, "
+        "and report speedup, acceptance, tokens per target pass, the measured costs, the speedup the "
+        "cost model predicts and the efficiency (measured / predicted), per prompt and per category.",
     )
     add_model_options(p)
     add_generation_options(p)
     p.set_defaults(max_tokens=128)
     p.add_argument(
         "--prompts",
-        metavar="FILE",
+        metavar="PATH",
         type=Path,
-        default=DEFAULT_PROMPTS,
-        help="prompts, one per line ('category: text' allowed; # comments), or JSONL "
-        'with {"prompt", "category"}',
+        nargs="+",
+        default=[DEFAULT_PROMPTS],
+        help='prompt files or folders: JSONL with {"category", "prompt"}, or text with one '
+        "'category: prompt' per line (default: assets/bench, six categories)",
     )
-    p.add_argument("--runs", type=int, default=3, metavar="R", help="alternating run pairs per prompt (3)")
+    p.add_argument(
+        "--category", action="append", default=[], metavar="NAME", help="only these categories (repeatable)"
+    )
+    p.add_argument("--runs", type=int, default=3, metavar="R", help="rounds per prompt (3)")
+    p.add_argument(
+        "--compare",
+        metavar="SPECS",
+        help="settings to compare, comma-separated: model, lookup, auto (adaptive K) or "
+        "model:k=5, lookup:k=8 ... (fixed K). Default: the drafting options given",
+    )
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
-    p.add_argument("--json", metavar="OUT", type=Path, help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")
+    p.add_argument("--chart", metavar="PNG", type=Path, help="draw the speedups per category as a PNG")
     p.set_defaults(func=bench)
-
-
-def load_prompts(path: Path) -> list[BenchPrompt]:
-    if not path.exists():
-        raise TandemError(f"prompt file not found: {path}")
-    prompts: list[BenchPrompt] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if path.suffix == ".jsonl":
-            try:
-                obj = json.loads(line)
-                prompts.append(BenchPrompt(str(obj.get("category", "general")), str(obj["prompt"])))
-            except (ValueError, KeyError, AttributeError) as exc:
-                raise TandemError(f'{path}:{lineno}: expected {{"prompt": ...}} ({exc})') from exc
-            continue
-        category, sep, text = line.partition(":")
-        if sep and category.strip().isidentifier() and len(category) <= 24:
-            prompts.append(BenchPrompt(category.strip(), text.strip().replace("\\n", "\n")))
-        else:
-            prompts.append(BenchPrompt("general", line.replace("\\n", "\n")))
-    if not prompts:
-        raise TandemError(f"{path} has no prompts")
-    return prompts
-
-
-def _run_once(
-    pair: ModelPair, prompt: list[int], cfg: GenerationConfig, speculative: bool
-) -> tuple[GenerationStats, list[int]]:
-    stats: GenerationStats | None = None
-    ids: list[int] = []
-    for ev in pair.generate(prompt, cfg, speculative=speculative):
-        if isinstance(ev, TokenEvent):
-            ids.append(ev.id)
-        elif isinstance(ev, DoneEvent):
-            stats = ev.stats
-    assert stats is not None
-    return stats, ids
 
 
 def bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise TandemError("--runs must be at least 1")
-    choice = model_choice(args, need_draft=True)
-    cfg = generation_config(args)
+    base = generation_config(args)
+    settings = parse_settings(args.compare, base)
+    need_model = any(s.config.drafter == "model" for s in settings)
+    choice = model_choice(args, need_draft=need_model)
     prompts = load_prompts(args.prompts)
+    if args.category:
+        prompts = [p for p in prompts if p.category in args.category]
+        if not prompts:
+            raise TandemError(f"no prompts in the categories {', '.join(args.category)}")
     with ModelPair.load(choice.target, choice.draft, load_options(args)) as pair:
         for note in pair.notes:
             print(f"note: {note}", file=sys.stderr)
         encoded = [build_prompt(pair, p.text, raw=args.raw, system=None) for p in prompts]
-        warm = replace(cfg, max_tokens=min(16, cfg.max_tokens))
-        _run_once(pair, encoded[0], warm, False)
-        _run_once(pair, encoded[0], warm, True)
-        assert pair.draft is not None
+        k_top = max(s.config.draft_max for s in settings)
         flat = [t for e in encoded for t in e]
-        context = (flat * (1 + (cfg.draft_max + 64) // len(flat)))[:256]  # long enough for K+1
-        costs = measure_costs(pair.target, pair.draft, context, range(2, cfg.draft_max + 2))
+        context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
+        costs = measure_costs(pair.target, pair.draft, context, range(2, k_top + 2))
+        c = f"{costs.c:.2f}" if costs.c is not None else "n/a (no draft model)"
         print(
-            f"costs: target step {1000 * costs.target_step_s:.1f} ms, draft step "
-            f"{1000 * costs.draft_step_s:.1f} ms (c = {costs.c:.2f}), verify {cfg.draft_max + 1} tokens "
-            f"= {costs.v(cfg.draft_max + 1):.2f} target steps",
+            f"costs: target step {1000 * costs.target_step_s:.1f} ms; c = {c}; lookup search "
+            f"{1000 * costs.lookup_s:.2f} ms; verify {k_top + 1} tokens = {costs.v(k_top + 1):.2f} "
+            "target steps",
             file=sys.stderr,
         )
-        results: list[PromptResult] = []
-        for i, (p, tokens) in enumerate(zip(prompts, encoded, strict=True), 1):
-            res = PromptResult(p)
-            for r in range(args.runs):
-                order = (False, True) if r % 2 == 0 else (True, False)
-                outs: dict[bool, list[int]] = {}
-                for speculative in order:
-                    stats, ids = _run_once(pair, tokens, cfg, speculative)
-                    (res.speculative if speculative else res.baseline).append(stats)
-                    outs[speculative] = ids
-                res.identical = res.identical and outs[True] == outs[False]
-            results.append(res)
-            s = res.summary(costs)
-            print(
-                f"[{i}/{len(prompts)}] {p.category}: {s['speedup']:.2f}x, acceptance "
-                f"{100 * s['acceptance_rate']:.0f}%",
-                file=sys.stderr,
-            )
-        report = _report(args, cfg, pair, results, costs)
-    print(format_table(report))
+
+        def progress(i: int, records: list[RunRecord]) -> None:
+            print(f"[{i + 1}/{len(prompts)}] {prompts[i].category}: done", file=sys.stderr)
+
+        records = run_bench(pair, prompts, encoded, settings, base, args.runs, progress)
+        meta = {
+            "tandem_version": __version__,
+            "machine": {
+                "platform": platform.platform(),
+                "processor": platform.processor() or platform.machine(),
+            },
+            "target": str(pair.target.path),
+            "draft": str(pair.draft.path) if pair.draft else None,
+            "run": {
+                "max_tokens": base.max_tokens,
+                "temperature": base.sampler.temperature,
+                "runs": args.runs,
+                "ctx": pair.target.n_ctx,
+            },
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        report = build_report(prompts, settings, records, costs, meta)
+    print(format_tables(report, prompts))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"results written to {args.json}", file=sys.stderr)
+    if args.chart:
+        cats = list(report["categories"])
+        names = list(report["settings"])
+        title = f"tandem bench: {Path(report['target']).stem}"
+        values = [[report["categories"][cat][n]["speedup"] for n in names] for cat in cats]
+        speedup_chart(
+            args.chart,
+            title,
+            [*cats, "overall"],
+            names,
+            [*values, [report["overall"][n]["speedup"] for n in names]],
+        )
+        print(f"chart written to {args.chart}", file=sys.stderr)
     return 0
 
 
-def _report(
-    args: argparse.Namespace,
-    cfg: GenerationConfig,
-    pair: ModelPair,
-    results: list[PromptResult],
-    costs: MeasuredCosts,
-) -> dict[str, Any]:
-    all_ratios = [r for res in results for r in res.ratios]
-    base = [b for res in results for b in res.baseline]
-    spec = [s for res in results for s in res.speculative]
-
-    def agg_tps(runs: list[GenerationStats]) -> float:
-        t = sum(r.decode_s for r in runs)
-        return sum(r.generated for r in runs) / t if t > 0 else 0.0
-
-    drafted = sum(s.drafted for s in spec)
-    rounds = max(1, sum(s.rounds for s in spec))
-    tokens_per_round = sum(s.generated for s in spec) / rounds
-    aggregate = agg_tps(spec) / agg_tps(base) if agg_tps(base) else 0.0
-    predicted = costs.predicted_speedup(tokens_per_round, drafted / rounds)
-    assert pair.draft is not None
-    return {
-        "tandem_version": __version__,
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-        "target": str(pair.target.path),
-        "draft": str(pair.draft.path),
-        "settings": {
-            "max_tokens": cfg.max_tokens,
-            "draft_max": cfg.draft_max,
-            "adaptive": cfg.adaptive,
-            "temperature": cfg.sampler.temperature,
-            "runs": args.runs,
-            "ctx": pair.target.n_ctx,
-        },
-        "costs": {
-            "target_step_ms": 1000 * costs.target_step_s,
-            "draft_step_ms": 1000 * costs.draft_step_s,
-            "c": costs.c,
-            "v": {str(n): costs.v(n) for n in sorted(costs.verify_s)},
-        },
-        "prompts": [r.summary(costs) for r in results],
-        "overall": {
-            "median_speedup": statistics.median(all_ratios) if all_ratios else 0.0,
-            "aggregate_speedup": aggregate,
-            "predicted_speedup": predicted,
-            "efficiency": aggregate / predicted if predicted else 0.0,
-            "baseline_tokens_per_s": agg_tps(base),
-            "speculative_tokens_per_s": agg_tps(spec),
-            "acceptance_rate": sum(s.accepted for s in spec) / drafted if drafted else 0.0,
-            "tokens_per_round": tokens_per_round,
-            "mean_draft_length": drafted / rounds,
-            "python_overhead": statistics.median(s.python_overhead for s in spec),
-            "identical_output": all(r.identical for r in results),
-            "peak_rss_bytes": peak_rss_bytes(),
-        },
-    }
+def _table(rows: list[tuple[str, ...]], right_from: int) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if c >= right_from else cell.ljust(w)
+            for c, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
 
 
-def format_table(report: dict[str, Any]) -> str:
-    rows = [("#", "category", "target tok/s", "spec tok/s", "speedup", "accept", "tok/pass", "same")]
+def _same(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
+    names = list(report["settings"])
+    out: list[str] = []
+    # Per prompt: the first setting in detail (speedup, acceptance, tokens per pass).
+    first = names[0]
+    rows = [
+        (
+            "#",
+            "category",
+            "target tok/s",
+            "spec tok/s",
+            "speedup",
+            "accept",
+            "tok/pass",
+            "same",
+            *[f"{n}" for n in names[1:]],
+        )
+    ]
     for i, p in enumerate(report["prompts"], 1):
+        s = p["settings"][first]
         rows.append(
             (
                 str(i),
                 p["category"],
-                f"{p['baseline_tokens_per_s']:.1f}",
-                f"{p['speculative_tokens_per_s']:.1f}",
-                f"{p['speedup']:.2f}x",
-                f"{100 * p['acceptance_rate']:.0f}%",
-                f"{p['tokens_per_round']:.2f}",
-                "yes" if p["identical_output"] else "NO",
+                f"{s['baseline_tokens_per_s']:.1f}",
+                f"{s['speculative_tokens_per_s']:.1f}",
+                f"{s['speedup']:.2f}x",
+                f"{100 * s['acceptance_rate']:.0f}%",
+                f"{s['tokens_per_round']:.2f}",
+                _same(s["identical_output"]),
+                *[f"{p['settings'][n]['speedup']:.2f}x" for n in names[1:]],
             )
         )
-    o = report["overall"]
+    o = report["overall"][first]
     rows.append(
         (
             "all",
             "",
             f"{o['baseline_tokens_per_s']:.1f}",
             f"{o['speculative_tokens_per_s']:.1f}",
-            f"{o['median_speedup']:.2f}x",
+            f"{o['speedup']:.2f}x",
             f"{100 * o['acceptance_rate']:.0f}%",
             f"{o['tokens_per_round']:.2f}",
-            "yes" if o["identical_output"] else "NO",
+            _same(o["identical_output"]),
+            *[f"{report['overall'][n]['speedup']:.2f}x" for n in names[1:]],
         )
     )
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.rjust(w) if c >= 2 else cell.ljust(w)
-            for c, (cell, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
+    lines = _table(rows, 2)
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
-    s = report["settings"]
-    lines.append("")
-    c = report["costs"]
-    k = f"K adaptive <= {s['draft_max']}" if s["adaptive"] else f"K={s['draft_max']}"
-    lines.append(
-        f"{k}, {s['max_tokens']} tokens, temp {s['temperature']}, {s['runs']} alternating run pairs "
-        f"per prompt. Overall: median speedup {o['median_speedup']:.2f}x, "
-        f"aggregate {o['aggregate_speedup']:.2f}x."
+    out += [f"per prompt ({first} in detail; other columns: their speedups)", *lines, ""]
+    # Per category and setting: the quantities that explain the speedup.
+    rows = [
+        (
+            "category",
+            "setting",
+            "speedup",
+            "alpha",
+            "E",
+            "K",
+            "c",
+            "v(K+1)",
+            "predicted",
+            "efficiency",
+            "same",
+        )
+    ]
+    for cat, group in [*report["categories"].items(), ("overall", report["overall"])]:
+        for n in names:
+            s = group[n]
+            rows.append(
+                (
+                    cat,
+                    n,
+                    f"{s['speedup']:.2f}x",
+                    f"{s['alpha']:.2f}",
+                    f"{s['tokens_per_round']:.2f}",
+                    f"{s['mean_draft_length']:.1f}",
+                    f"{s['c']:.2f}",
+                    f"{s['v']:.2f}",
+                    f"{s['predicted_speedup']:.2f}x",
+                    f"{s['efficiency']:.2f}",
+                    _same(s["identical_output"]),
+                )
+            )
+    out += [
+        "per category (alpha: per-token acceptance; E: tokens per target pass; K: mean draft length;",
+        "c: draft step / target step; v: verify cost in target steps; predicted = E / (K*c + v))",
+        *_table(rows, 2),
+        "",
+    ]
+    avf = report.get("adaptive_vs_best_fixed") or {}
+    if avf:
+        out.append("adaptive vs the best fixed K in hindsight (ratio of speedups):")
+        for cat, d in avf.items():
+            ratios = ", ".join(
+                f"{k} {v:.3f}" for k, v in d.items() if k not in ("best_fixed", "best_fixed_speedup")
+            )
+            out.append(f"  {cat}: best fixed {d['best_fixed']} {d['best_fixed_speedup']:.2f}x; {ratios}")
+        out.append("")
+    r = report["run"]
+    worst = max(report["overall"][n]["python_overhead"] for n in names)
+    out.append(
+        f"{r['max_tokens']} tokens, temperature {r['temperature']}, {r['runs']} rounds per prompt, "
+        f"context {r['ctx']}. Python outside llama_decode: {100 * worst:.1f}% of decode time "
+        "(worst setting)."
     )
-    lines.append(
-        f"Costs: c = {c['c']:.2f} (draft step {c['draft_step_ms']:.1f} ms / target step "
-        f"{c['target_step_ms']:.1f} ms), mean draft length {o['mean_draft_length']:.1f}, "
-        f"{o['tokens_per_round']:.2f} tokens per target pass; predicted {o['predicted_speedup']:.2f}x, "
-        f"efficiency {o['efficiency']:.2f}. Python outside llama_decode: {100 * o['python_overhead']:.1f}% "
-        "of decode time."
-    )
-    return "\n".join(lines)
+    return "\n".join(out)

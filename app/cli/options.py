@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, LoadOptions, SamplerSettings, TandemError
 
 if TYPE_CHECKING:
     from app.catalog import PairSpec
@@ -71,6 +71,13 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
         f"round (default {DEFAULT_DRAFT_MAX}); with --no-adaptive exactly K (default {DEFAULT_FIXED_K})",
     )
     g.add_argument(
+        "--drafter",
+        choices=DRAFTERS,
+        default="auto",
+        help="who drafts: the draft model, prompt lookup (continue text found earlier in the context; "
+        "no draft model needed), or auto: each round, whichever promises more speed (default)",
+    )
+    g.add_argument(
         "--no-adaptive",
         dest="adaptive",
         action="store_false",
@@ -106,7 +113,10 @@ def model_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
             "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
         )
     if need_draft and not args.draft:
-        raise TandemError("speculative decoding needs a draft model: add --draft PATH (or use --baseline)")
+        raise TandemError(
+            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
+            "with --drafter lookup (or run the target alone with --baseline)"
+        )
     return ModelChoice(Path(args.target).expanduser(), Path(args.draft).expanduser() if args.draft else None)
 
 
@@ -175,6 +185,7 @@ def generation_config(args: argparse.Namespace) -> GenerationConfig:
         if args.draft_max is not None
         else (DEFAULT_DRAFT_MAX if args.adaptive else DEFAULT_FIXED_K),
         adaptive=args.adaptive,
+        drafter=args.drafter,
         p_min=args.p_min if args.p_min is not None else DEFAULT_P_MIN,
         sampler=SamplerSettings(
             temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed

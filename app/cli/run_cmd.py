@@ -73,7 +73,7 @@ def build_prompt(pair: ModelPair, text: str, *, raw: bool, system: str | None) -
 
 def run(args: argparse.Namespace) -> int:
     speculative = not args.baseline
-    choice = model_choice(args, need_draft=speculative)
+    choice = model_choice(args, need_draft=speculative and args.drafter == "model")
     cfg = generation_config(args)
     text = read_prompt(args.prompt)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
@@ -81,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     with ModelPair.load(choice.target, choice.draft if speculative else None, load_options(args)) as pair:
         for note in pair.notes:
             print(f"note: {note}", file=sys.stderr)
+        if speculative and pair.draft is None and not args.json:
+            print("note: no draft model given: drafting with prompt lookup only", file=sys.stderr)
         prompt = build_prompt(pair, text, raw=args.raw, system=args.system)
         cancel = threading.Event()
         tokens: list[dict[str, Any]] = []

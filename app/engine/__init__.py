@@ -2,7 +2,7 @@
 
 from .chat_template import ChatMessage
 from .compat import check_pair, compatibility_problems
-from .decoding import DRAFT_MAX_LIMIT, GenerationConfig
+from .decoding import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig
 from .errors import (
     ContextOverflowError,
     GenerationError,
@@ -26,6 +26,7 @@ from .pair import ModelPair
 from .sampling import SamplerSettings
 
 __all__ = [
+    "DRAFTERS",
     "DRAFT_MAX_LIMIT",
     "ChatMessage",
     "ContextOverflowError",

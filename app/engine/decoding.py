@@ -9,7 +9,8 @@ Invariants that keep the KV caches right (see docs/architecture.md):
   draft token it never decoded) in one batch.
 
 One speculative round:
-  1. the draft proposes up to K tokens d1..dK (greedy, or sampled from q);
+  1. a drafter (the draft model, or prompt lookup: see drafters.py) proposes up to K tokens
+     d1..dK (greedy, or sampled from q);
   2. the target decodes [last, d1..dK] in ONE batch, logits for all K+1 rows;
   3. accept the longest agreeing prefix (greedy: d_i == argmax p_i; sampling: rejection
      sampling), then take one target token: a correction, or the bonus after all K;
@@ -23,10 +24,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 
 from .draft_policy import REPRODUCIBLE_K, AdaptivePolicy, CostModel, FixedPolicy
+from .drafters import LookupDrafter, ModelDrafter, pick
 from .errors import ContextOverflowError, TandemError
 from .events import (
     DoneEvent,
@@ -45,6 +48,9 @@ from .text_stream import TokenStream
 # The largest verification batch; LoadOptions.max_outputs must be at least DRAFT_MAX_LIMIT + 1.
 DRAFT_MAX_LIMIT = 32
 
+Drafter = Literal["model", "lookup", "auto"]
+DRAFTERS: tuple[Drafter, ...] = ("model", "lookup", "auto")
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
@@ -56,6 +62,9 @@ class GenerationConfig:
     # guesses are usually rejected, and each costs a draft step. Depends on the draft alone,
     # so it never changes the output.
     p_min: float = 0.0
+    # Who drafts: the draft model, prompt lookup (continue an n-gram found earlier in the
+    # context; no model needed), or auto (each round, whichever promises more tokens per second).
+    drafter: Drafter = "auto"
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     stop: tuple[str, ...] = ()
 
@@ -66,6 +75,8 @@ class GenerationConfig:
             raise TandemError(f"draft max (K) must be between 0 and {DRAFT_MAX_LIMIT}")
         if not 0.0 <= self.p_min < 1.0:
             raise TandemError("p-min must be in [0, 1)")
+        if self.drafter not in DRAFTERS:
+            raise TandemError(f"drafter must be one of {', '.join(DRAFTERS)}")
         try:
             self.sampler.validate()
         except ValueError as exc:
@@ -81,6 +92,7 @@ class _Round:
     draft_s: float
     verify_s: float
     k: int = 0  # the draft length chosen for this round
+    drafter: str = ""  # "model", "lookup", or "" for a plain target step
 
 
 StepFn = Callable[[list[int], int], _Round | None]
@@ -92,18 +104,24 @@ def generate(
     prompt: Sequence[int],
     config: GenerationConfig,
     *,
+    speculative: bool = True,
     cancel: threading.Event | None = None,
     costs: CostModel | None = None,
 ) -> Iterator[Event]:
-    """Run one generation. With `draft=None` the target decodes alone.
+    """Run one generation: speculative, or the target alone (speculative=False).
 
+    The draft model is used when config.drafter is "model" or "auto" and one is given;
+    "lookup" (and "auto" without a draft model) drafts from the context instead.
     `costs` carries the measured draft/verify costs of this pair from one generation to the
     next (adaptive drafting starts well informed); a fresh one is used if not given.
     """
     config.validate()
     if not prompt:
         raise TandemError("the prompt is empty")
-    models = [target] if draft is None else [target, draft]
+    use_draft_model = speculative and config.drafter in ("model", "auto") and draft is not None
+    if speculative and config.drafter == "model" and draft is None:
+        raise TandemError("the model drafter needs a draft model: load one, or use prompt lookup")
+    models = [target, draft] if use_draft_model and draft is not None else [target]
     n_ctx = min(m.n_ctx for m in models)
     if len(prompt) >= n_ctx:
         raise ContextOverflowError(
@@ -111,12 +129,14 @@ def generate(
             "or use a larger context (--ctx)"
         )
     rng = random.Random(config.sampler.seed)
-    mode: Mode = "baseline" if draft is None else "speculative"
+    mode: Mode = "speculative" if speculative else "baseline"
     step: StepFn
-    if draft is None:
+    if not speculative:
         step = _BaselineStep(target, config, rng)
     else:
-        step = _SpeculativeStep(target, draft, config, rng, cancel, costs or CostModel())
+        step = _SpeculativeStep(
+            target, draft if use_draft_model else None, config, rng, cancel, costs or CostModel()
+        )
     return _drive(models, prompt, config, mode, step, n_ctx, cancel)
 
 
@@ -134,6 +154,7 @@ def _drive(
         mode=mode,
         draft_max=config.draft_max if mode == "speculative" else 0,
         adaptive=config.adaptive and mode == "speculative",
+        drafter=config.drafter if mode == "speculative" else "",
         prompt_tokens=len(prompt),
     )
     stream = TokenStream(target.piece, config.stop)
@@ -154,7 +175,7 @@ def _drive(
 
     history = list(prompt)
     generated = 0
-    rounds = drafted = accepted = 0
+    rounds = drafted = accepted = lookup_rounds = 0
     draft_s = verify_s = 0.0
     llama0 = sum(m.decode_seconds for m in models)
     t_start = time.perf_counter()
@@ -191,7 +212,9 @@ def _drive(
             if stream.stopped:
                 reason = "stop_string"
                 break
-        yield RoundEvent(rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s, rnd.k)
+        yield RoundEvent(rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s, rnd.k, rnd.drafter)
+        if rnd.drafter == "lookup":
+            lookup_rounds += 1
         if reason is None and generated >= config.max_tokens:
             reason = "max_tokens"
     yield from stream.finish()
@@ -200,6 +223,7 @@ def _drive(
         generated=generated,
         decode_s=time.perf_counter() - t_start,
         rounds=rounds,
+        lookup_rounds=lookup_rounds,
         drafted=drafted,
         accepted=accepted,
         draft_s=draft_s,
@@ -222,94 +246,106 @@ class _BaselineStep:
         t0 = time.perf_counter()
         logits = self.target.decode(history[-1:], "last")
         assert logits is not None
-        tok = _pick(logits[0], self.sampler, self.rng)[0]
+        tok = pick(logits[0], self.sampler, self.rng)[0]
         return _Round([tok], [Origin.TARGET], 0, 0, 0.0, time.perf_counter() - t0)
 
 
 class _SpeculativeStep:
+    """One speculative round: choose a drafter and K, draft, verify in one batch, roll back."""
+
     def __init__(
         self,
         target: LoadedModel,
-        draft: LoadedModel,
+        draft: LoadedModel | None,
         config: GenerationConfig,
         rng: random.Random,
         cancel: threading.Event | None,
         costs: CostModel,
     ) -> None:
         self.target = target
-        self.draft = draft
         self.costs = costs
-        self.rounds_done = 0
-        self.policy: AdaptivePolicy | FixedPolicy
-        seeded_sampling = config.sampler.seed is not None and not config.sampler.greedy
-        if not config.adaptive:
-            self.policy = FixedPolicy(config.draft_max)
-        elif seeded_sampling:  # repeatable output needs a repeatable draft schedule
-            self.policy = FixedPolicy(min(config.draft_max, REPRODUCIBLE_K))
-        else:
-            self.policy = AdaptivePolicy(config.draft_max, costs)
-        self.p_min = config.p_min
         self.sampler = config.sampler
         self.rng = rng
         self.cancel = cancel
+        self.rounds_done = 0
+        self.model = (
+            ModelDrafter(draft, config.sampler, rng, config.p_min, costs, cancel)
+            if draft is not None
+            else None
+        )
+        self.lookup = LookupDrafter(target.n_vocab) if config.drafter in ("lookup", "auto") else None
+        seeded_sampling = config.sampler.seed is not None and not config.sampler.greedy
+        self.policies: dict[str, AdaptivePolicy | FixedPolicy] = {}
+        for kind in ("model", "lookup"):
+            if not config.adaptive:
+                self.policies[kind] = FixedPolicy(config.draft_max)
+            elif seeded_sampling:  # repeatable output needs a repeatable draft schedule
+                self.policies[kind] = FixedPolicy(min(config.draft_max, REPRODUCIBLE_K))
+            else:
+                self.policies[kind] = AdaptivePolicy(config.draft_max, costs, kind)
+
+    def _choose(self, history: list[int], budget: int) -> tuple[str, int, list[int]]:
+        """(drafter kind, K, lookup candidates) for this round."""
+        candidates: list[int] = []
+        if self.lookup is not None:
+            t0 = time.perf_counter()
+            candidates = self.lookup.candidates(history, min(budget, DRAFT_MAX_LIMIT))
+            if self.rounds_done:
+                self.costs.observe_lookup(time.perf_counter() - t0)
+        options: list[tuple[float, str, int]] = []
+        if self.model is not None:
+            k, rate = self.policies["model"].plan(budget)
+            options.append((rate, "model", k))
+        if candidates:
+            # Tokens drafted by lookup must later be caught up on by the draft model.
+            debt = self.costs.catchup_time(1.0) if self.model is not None else 0.0
+            k, rate = self.policies["lookup"].plan(min(budget, len(candidates)), debt)
+            options.append((rate, "lookup", k))
+        if not options:
+            return "lookup", 0, candidates
+        if all(rate == 0.0 for rate, _, _ in options):
+            # Fixed K, or costs not measured yet: lookup when it has a match, else the model.
+            kind = "lookup" if candidates else "model"
+            return next((kind_, k, candidates) for _, kind_, k in options if kind_ == kind)
+        _, kind, k = max(options)
+        return kind, k, candidates
 
     def __call__(self, history: list[int], budget: int) -> _Round | None:
-        k = self.policy.choose(budget)
+        kind, k, candidates = self._choose(history, budget)
         t0 = time.perf_counter()
-        drafts, qs = self._propose(history, k)
+        if kind == "model" and self.model is not None:
+            proposal = self.model.propose(history, k)
+        else:
+            assert self.lookup is not None
+            proposal = self.lookup.proposal_from(candidates[:k])
         if self.cancel is not None and self.cancel.is_set():
             return None
+        drafts = proposal.tokens
         t1 = time.perf_counter()
         logits = self.target.decode([history[-1], *drafts], "all")
         assert logits is not None
-        n_acc, nxt = self._verify(logits, drafts, qs)
+        n_acc, nxt = self._verify(logits, drafts, proposal.qs)
         n = len(history)
-        # Roll back: keep last + accepted drafts in the target; keep in the draft what it
+        # Roll back: keep last + accepted drafts in the target; the draft model keeps what it
         # decoded of them (it never decodes its own final proposal).
         self.target.truncate(n + n_acc)
-        self.draft.truncate(min(len(self.draft.cached), n + n_acc))
+        if kind == "model" and self.model is not None:
+            self.model.rollback(n + n_acc)
         t2 = time.perf_counter()
         if self.rounds_done:  # a generation's first round runs cold (caches, graphs): skip it
             self.costs.observe_verify(len(drafts) + 1, t2 - t1)
+        elif self.model is not None:
+            self.model.learn_costs = True
         self.rounds_done += 1
-        self.policy.observe(len(drafts), n_acc)
+        if k:
+            self.policies[kind].observe(len(drafts), n_acc)
+        else:
+            for policy in self.policies.values():  # no evidence this round: let α relax
+                policy.observe(0, 0)
         tokens = [*drafts[:n_acc], nxt]
         origins = [Origin.DRAFT] * n_acc
         origins.append(Origin.BONUS if drafts and n_acc == len(drafts) else Origin.TARGET)
-        return _Round(tokens, origins, len(drafts), n_acc, t1 - t0, t2 - t1, k)
-
-    def _propose(self, history: list[int], k: int) -> tuple[list[int], list[Dist | None]]:
-        drafts: list[int] = []
-        qs: list[Dist | None] = []
-        if k <= 0:
-            return drafts, qs
-        draft = self.draft
-        # Catch up in one batch on everything the draft has not seen yet: normally the last
-        # token, plus the final draft token after a fully accepted round.
-        behind = len(history) - len(draft.cached)
-        t0 = time.perf_counter()
-        logits = draft.decode(history[len(draft.cached) :], "last")
-        t_first = time.perf_counter() - t0
-        steps = 0
-        for j in range(k):
-            assert logits is not None
-            row = logits[0]
-            if self.p_min > 0.0 and _top_prob(row, self.sampler) < self.p_min:
-                break
-            tok, q = _pick(row, self.sampler, self.rng)
-            drafts.append(tok)
-            qs.append(q)
-            if j == k - 1 or draft.is_eog(tok):
-                break
-            if self.cancel is not None and self.cancel.is_set():
-                break
-            logits = draft.decode([tok], "last")
-            steps += 1
-        # A long catch-up (after rounds without drafting) or a cold first round is not a
-        # typical cost.
-        if behind <= 2 and self.rounds_done:
-            self.costs.observe_draft(t_first, time.perf_counter() - t0 - t_first, steps)
-        return drafts, qs
+        return _Round(tokens, origins, len(drafts), n_acc, t1 - t0, t2 - t1, k, kind if drafts else "")
 
     def _verify(self, logits: np.ndarray, drafts: list[int], qs: list[Dist | None]) -> tuple[int, int]:
         """Return (number of accepted drafts, the target's next token)."""
@@ -326,19 +362,3 @@ class _SpeculativeStep:
             if not accept_draft(p, q, drafts[j], self.rng):
                 return j, residual(p, q).sample(self.rng)
         return k, distribution(logits[k], self.sampler).sample(self.rng)
-
-
-def _top_prob(logits: np.ndarray, s: SamplerSettings) -> float:
-    """The draft's confidence in its best token (plain softmax; after the sampler's
-    truncation and temperature when sampling)."""
-    if s.greedy:
-        m = logits.max()
-        return float(1.0 / np.exp(logits - m).sum())
-    return distribution(logits, s).max_prob()
-
-
-def _pick(logits: np.ndarray, s: SamplerSettings, rng: random.Random) -> tuple[int, Dist | None]:
-    if s.greedy:
-        return int(np.argmax(logits)), None
-    q = distribution(logits, s)
-    return q.sample(rng), q

@@ -1,4 +1,4 @@
-"""How many tokens to draft this round: a fixed K, or the K that maximises expected speed.
+"""How many tokens to draft this round, and from which drafter.
 
 Speculative decoding pays K draft steps plus one verification of K+1 tokens per round and
 gets E(α, K) = (1 - α^(K+1)) / (1 - α) tokens on average (α: the chance the target accepts a
@@ -6,14 +6,15 @@ draft token). The best K therefore depends on α, which changes with the text (b
 is easy to guess, a translation is not), and on the costs, which depend on the machine: on a
 GPU verifying 9 tokens costs about as much as 1, on a 2-core CPU nearly twice as much.
 
-`AdaptivePolicy` measures all three as it goes and picks, each round,
+`AdaptivePolicy` measures all three as it goes and plans, each round,
 
-    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1))
+    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1) + debt)
 
-where K = 0 means one plain target step. α is an exponentially forgetting estimate for the
-current generation; the costs live in a `CostModel` that the pair keeps across generations (they
-describe the machine, not the text). Nothing here can change the output: only how much is
-drafted per round.
+where K = 0 means one plain target step, and `debt` is what choosing prompt lookup now will
+cost the draft model later (it must catch up on the tokens it did not see). α is an
+exponentially forgetting estimate for the current generation; the costs live in a `CostModel`
+that the pair keeps across generations (they describe the machine, not the text). Nothing here
+can change the output: only how much is drafted per round, and by whom.
 """
 
 from __future__ import annotations
@@ -48,42 +49,76 @@ REPRODUCIBLE_K = 5
 # Relative cost of each extra verified token when only one batch size has been seen yet
 # (typical of a CPU; a GPU's is far smaller and is learnt as soon as a second size is seen).
 _PRIOR_VERIFY_SLOPE = 0.12
+# Catching up on n tokens in one batch costs about this many extra draft steps per token on
+# a CPU, until measured.
+_PRIOR_CATCHUP_PER_TOKEN = 0.5
+
+
+@dataclass
+class DraftCosts:
+    """Measured costs and long-run acceptance of one drafter."""
+
+    first: _Ema = field(default_factory=_Ema)  # a round's first draft step (incl. catch-up)
+    step: _Ema = field(default_factory=_Ema)  # each further step
+    catchup_per_token: _Ema = field(default_factory=_Ema)  # extra seconds per token caught up
+    accepted: float = 4.0  # long-run acceptance prior: 4 of 5 draft tokens
+    trials: float = 5.0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.trials
 
 
 @dataclass
 class CostModel:
     """Measured seconds per operation for one model pair on this machine."""
 
-    draft_first: _Ema = field(default_factory=_Ema)  # a round's first draft decode (catch-up)
-    draft_step: _Ema = field(default_factory=_Ema)  # each further draft decode
     verify: dict[int, _Ema] = field(default_factory=dict)  # target batch size -> seconds
-    # Long-run acceptance per draft token for this pair (a prior for each new generation).
-    _accepted: float = 4.0
-    _trials: float = 5.0
+    drafters: dict[str, DraftCosts] = field(default_factory=dict)
 
-    @property
-    def alpha(self) -> float:
-        return self._accepted / self._trials
+    def of(self, kind: str) -> DraftCosts:
+        return self.drafters.setdefault(kind, DraftCosts())
 
-    def observe_acceptance(self, accepted: int, trials: int) -> None:
-        self._accepted = self._accepted * 0.99 + accepted
-        self._trials = self._trials * 0.99 + trials
-
-    def observe_draft(self, first_s: float, rest_s: float, rest_steps: int) -> None:
-        self.draft_first.add(first_s)
+    # --- observations -------------------------------------------------------------------
+    def observe_model_draft(self, behind: int, first_s: float, rest_s: float, rest_steps: int) -> None:
+        d = self.of("model")
         if rest_steps:
-            self.draft_step.add(rest_s / rest_steps)
+            d.step.add(rest_s / rest_steps)
+        if behind <= 2:  # the usual round; a long catch-up is not a typical first step
+            d.first.add(first_s)
+        if behind >= 2 and d.step.known:
+            d.catchup_per_token.add(max(0.0, first_s - d.step.value) / (behind - 1))
+
+    def observe_lookup(self, seconds: float) -> None:
+        self.of("lookup").first.add(seconds)
 
     def observe_verify(self, n_tokens: int, seconds: float) -> None:
         self.verify.setdefault(n_tokens, _Ema()).add(seconds)
 
-    def draft_time(self, k: int) -> float | None:
+    def observe_acceptance(self, kind: str, accepted: int, trials: int) -> None:
+        d = self.of(kind)
+        d.accepted = d.accepted * 0.99 + accepted
+        d.trials = d.trials * 0.99 + trials
+
+    # --- estimates ----------------------------------------------------------------------
+    def draft_time(self, kind: str, k: int) -> float | None:
         if k == 0:
             return 0.0
-        if not self.draft_first.known:
+        d = self.of(kind)
+        if not d.first.known:
             return None
-        step = self.draft_step.value if self.draft_step.known else self.draft_first.value
-        return self.draft_first.value + (k - 1) * step
+        if kind == "lookup":
+            return d.first.value  # one search, whatever K
+        step = d.step.value if d.step.known else d.first.value
+        return d.first.value + (k - 1) * step
+
+    def catchup_time(self, tokens: float) -> float:
+        """Extra draft-model time to catch up on `tokens` it did not draft itself."""
+        d = self.of("model")
+        if d.catchup_per_token.known:
+            return tokens * d.catchup_per_token.value
+        step = d.step.value if d.step.known else (d.first.value if d.first.known else 0.0)
+        return tokens * step * _PRIOR_CATCHUP_PER_TOKEN
 
     def verify_time(self, n: int) -> float | None:
         """Seconds to verify n tokens, from a weighted least-squares line through every batch
@@ -120,35 +155,35 @@ class FixedPolicy:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def choose(self, budget: int) -> int:
-        return min(self.k, budget)
+    def plan(self, budget: int, debt_per_token: float = 0.0) -> tuple[int, float]:
+        return min(self.k, budget), 0.0
 
     def observe(self, drafted: int, accepted: int) -> None:
         pass
 
 
 class AdaptivePolicy:
-    """Pick K each round to maximise expected tokens per second.
+    """Plan K each round to maximise expected tokens per second, for one drafter.
 
     α is estimated from this generation's rounds (forgetting old ones, since it follows the
-    text), starting from the pair's long-run acceptance. The decision uses an optimistic α
-    (estimate + one standard error): cheap insurance against a run of bad luck switching
-    drafting off for good. Rounds without drafting carry no evidence, so uncertainty grows
-    while K = 0 until drafting is tried again.
+    text), starting from the drafter's long-run acceptance on this pair. Plans use an
+    optimistic α (estimate + one standard error): cheap insurance against a run of bad luck
+    switching drafting off for good. Rounds without drafting carry no evidence, so uncertainty
+    grows while K = 0 until drafting is tried again.
     """
 
     adaptive = True
 
     _FORGET = 0.95  # per round: about the last 20 rounds count
-    _PRIOR_STRENGTH = 8.0  # the pair's long-run α is worth this many draft tokens
+    _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens
 
-    def __init__(self, k_max: int, costs: CostModel, k_start: int = 4) -> None:
+    def __init__(self, k_max: int, costs: CostModel, kind: str = "model", k_start: int = 4) -> None:
         self.k_max = k_max
         self.costs = costs
+        self.kind = kind
         self.k_start = min(k_start, k_max)
         self._trials = self._PRIOR_STRENGTH
-        self._accepted = costs.alpha * self._PRIOR_STRENGTH
-        self.last_k = self.k_start
+        self._accepted = costs.of(kind).alpha * self._PRIOR_STRENGTH
 
     @property
     def alpha(self) -> float:
@@ -158,19 +193,20 @@ class AdaptivePolicy:
         a = self.alpha
         return min(1.0, a + math.sqrt(a * (1.0 - a) / self._trials))
 
-    def choose(self, budget: int) -> int:
+    def plan(self, budget: int, debt_per_token: float = 0.0) -> tuple[int, float]:
+        """(K, expected tokens per second) for this round; rate 0.0 while costs are unknown."""
         k_cap = min(self.k_max, budget)
         alpha = self.optimistic_alpha()
         best_k, best_rate = min(self.k_start, k_cap), -1.0
         for k in range(k_cap + 1):
-            draft, verify = self.costs.draft_time(k), self.costs.verify_time(k + 1)
+            draft, verify = self.costs.draft_time(self.kind, k), self.costs.verify_time(k + 1)
             if draft is None or verify is None:
-                return min(self.k_start, k_cap)  # not measured yet: use the starting K
-            rate = expected_tokens(alpha, k) / (draft + verify)
+                return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
+            e = expected_tokens(alpha, k)
+            rate = e / (draft + verify + (e * debt_per_token if k else 0.0))
             if rate > best_rate:
                 best_k, best_rate = k, rate
-        self.last_k = best_k
-        return best_k
+        return best_k, best_rate
 
     def observe(self, drafted: int, accepted: int) -> None:
         """One round's outcome: `accepted` of `drafted` tokens before the first rejection."""
@@ -178,4 +214,4 @@ class AdaptivePolicy:
         self._accepted = self._accepted * self._FORGET + accepted
         self._trials = self._trials * self._FORGET + trials
         if trials:
-            self.costs.observe_acceptance(accepted, trials)
+            self.costs.observe_acceptance(self.kind, accepted, trials)

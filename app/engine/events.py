@@ -46,6 +46,7 @@ class RoundEvent:
     draft_s: float
     verify_s: float
     k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
+    drafter: str = ""  # who drafted: "model", "lookup", or "" (a plain target step)
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,14 @@ class GenerationStats:
     mode: Mode
     draft_max: int
     adaptive: bool = False
+    drafter: str = ""  # the configured drafter: "model", "lookup" or "auto"
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     prefill_s: float = 0.0
     generated: int = 0  # tokens in the answer (end-of-generation token excluded)
     decode_s: float = 0.0  # wall time from the first round to the last, prefill excluded
     rounds: int = 0  # target forward passes during decoding
+    lookup_rounds: int = 0  # of which drafted by prompt lookup
     drafted: int = 0
     accepted: int = 0
     draft_s: float = 0.0

@@ -124,13 +124,19 @@ class ModelPair:
         speculative: bool = True,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Stream events for one answer. speculative=False runs the target alone."""
+        """Stream events for one answer. speculative=False runs the target alone; otherwise
+        config.drafter says who drafts (the draft model, prompt lookup, or auto)."""
         if not self._lock.acquire(blocking=False):
             raise TandemError("a generation is already running on this model pair")
         try:
-            draft = self.draft if speculative and config.draft_max > 0 else None
-            if speculative and self.draft is None:
-                raise TandemError("no draft model is loaded")
-            yield from generate(self.target, draft, prompt, config, cancel=cancel, costs=self.costs)
+            yield from generate(
+                self.target,
+                self.draft,
+                prompt,
+                config,
+                speculative=speculative,
+                cancel=cancel,
+                costs=self.costs,
+            )
         finally:
             self._lock.release()

@@ -1,0 +1,143 @@
+"""From run records to the numbers a person needs: speedups, and why.
+
+Per prompt, category and setting: the measured speedup (median of per-run ratios against the
+target-only run of the same round), per-token acceptance α, tokens per target pass E, mean draft
+length K, the costs c and v, the speedup the cost model predicts, and efficiency =
+measured / predicted. The prediction sums each round's cost in target steps (drafting: K·c for
+the draft model, one search for lookup; verifying: v(K+1)) over the rounds that really ran, so
+efficiency shows what the model does not capture: Python, catch-up batches, noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from app.engine.costs import MeasuredCosts
+
+from .prompts import BenchPrompt
+from .runner import BASELINE, RunRecord
+from .settings import BenchSetting
+
+
+def _ratios(records: Sequence[RunRecord], setting: str) -> list[float]:
+    base = {(r.prompt, r.run): r for r in records if r.setting == BASELINE}
+    out = []
+    for r in records:
+        b = base.get((r.prompt, r.run))
+        if r.setting == setting and b is not None and b.stats.decode_tokens_per_s > 0:
+            out.append(r.stats.decode_tokens_per_s / b.stats.decode_tokens_per_s)
+    return out
+
+
+def _aggregate_tps(records: Sequence[RunRecord]) -> float:
+    t = sum(r.stats.decode_s for r in records)
+    return sum(r.stats.generated for r in records) / t if t > 0 else 0.0
+
+
+def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> dict[str, Any]:
+    mine = [r for r in records if r.setting == setting]
+    base = [r for r in records if r.setting == BASELINE and any(m.prompt == r.prompt for m in mine)]
+    rounds = [ev for r in mine for ev in r.rounds]
+    n_rounds = max(1, len(rounds))
+    accepted = sum(ev.accepted for ev in rounds)
+    rejections = sum(1 for ev in rounds if ev.accepted < ev.drafted)
+    drafted = sum(ev.drafted for ev in rounds)
+    generated = sum(ev.emitted for ev in rounds)
+    cost = sum(costs.round_cost(ev.drafter, ev.drafted) for ev in rounds)
+    ratios = _ratios(records, setting)
+    speedup = statistics.median(ratios) if ratios else 0.0
+    predicted = generated / cost if cost else 0.0
+    model_rounds = [ev for ev in rounds if ev.drafter == "model"]
+    base_ids = {(r.prompt, r.run): r.ids for r in base}
+    return {
+        "speedup": speedup,
+        "aggregate_speedup": _aggregate_tps(mine) / _aggregate_tps(base) if _aggregate_tps(base) else 0.0,
+        "runs": len(ratios),
+        "alpha": accepted / (accepted + rejections) if accepted + rejections else 0.0,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "tokens_per_round": generated / n_rounds,
+        "mean_draft_length": drafted / n_rounds,
+        "lookup_share": sum(1 for ev in rounds if ev.drafter == "lookup") / n_rounds,
+        "c": (costs.c if model_rounds else costs.c_lookup) if rounds else 0.0,
+        "v": costs.v(drafted / n_rounds + 1),
+        "predicted_speedup": predicted,
+        "efficiency": speedup / predicted if predicted else 0.0,
+        # Meaningful for greedy decoding only; build_report blanks it otherwise.
+        "identical_output": all(r.ids == base_ids.get((r.prompt, r.run)) for r in mine),
+        "python_overhead": statistics.median(r.stats.python_overhead for r in mine) if mine else 0.0,
+        "speculative_tokens_per_s": _aggregate_tps(mine),
+        "baseline_tokens_per_s": _aggregate_tps(base),
+    }
+
+
+def build_report(
+    prompts: Sequence[BenchPrompt],
+    settings: Sequence[BenchSetting],
+    records: Sequence[RunRecord],
+    costs: MeasuredCosts,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    categories = list(dict.fromkeys(p.category for p in prompts))
+    names = [s.name for s in settings]
+    greedy = settings[0].config.sampler.greedy if settings else True
+    report: dict[str, Any] = {
+        **meta,
+        "settings": {
+            s.name: {
+                "drafter": s.config.drafter,
+                "adaptive": s.config.adaptive,
+                "draft_max": s.config.draft_max,
+            }
+            for s in settings
+        },
+        "costs": {
+            "target_step_ms": 1000 * costs.target_step_s,
+            "draft_step_ms": None if costs.draft_step_s is None else 1000 * costs.draft_step_s,
+            "lookup_ms": 1000 * costs.lookup_s,
+            "c": costs.c,
+            "c_lookup": costs.c_lookup,
+            "v": {str(n): costs.v(n) for n in sorted(costs.verify_s)},
+        },
+        "prompts": [],
+        "categories": {},
+        "overall": {},
+    }
+    for i, p in enumerate(prompts):
+        per = [r for r in records if r.prompt == i]
+        entry: dict[str, Any] = {"category": p.category, "prompt": p.text, "settings": {}}
+        for name in names:
+            entry["settings"][name] = _group(per, name, costs)
+        report["prompts"].append(entry)
+    for cat in categories:
+        idx = {i for i, p in enumerate(prompts) if p.category == cat}
+        per = [r for r in records if r.prompt in idx]
+        report["categories"][cat] = {name: _group(per, name, costs) for name in names}
+    for name in names:
+        report["overall"][name] = _group(records, name, costs)
+    for group in [*report["categories"].values(), report["overall"]]:
+        for stats in group.values():
+            stats["identical_output"] = stats["identical_output"] if greedy else None
+    report["adaptive_vs_best_fixed"] = _adaptive_vs_fixed(report, settings)
+    return report
+
+
+def _adaptive_vs_fixed(report: dict[str, Any], settings: Sequence[BenchSetting]) -> dict[str, Any]:
+    """Per category: the best fixed-K setting in hindsight, and each adaptive one against it."""
+    fixed = [s.name for s in settings if not s.config.adaptive]
+    adaptive = [s.name for s in settings if s.config.adaptive]
+    if not fixed or not adaptive:
+        return {}
+    out: dict[str, Any] = {}
+    for cat, group in {**report["categories"], "overall": report["overall"]}.items():
+        best = max(fixed, key=lambda n: group[n]["speedup"])
+        out[cat] = {
+            "best_fixed": best,
+            "best_fixed_speedup": group[best]["speedup"],
+            **{
+                n: group[n]["speedup"] / group[best]["speedup"] if group[best]["speedup"] else 0.0
+                for n in adaptive
+            },
+        }
+    return out

@@ -1,0 +1,75 @@
+"""Run every prompt target-only and under each setting, alternating, in one process.
+
+For each prompt, `runs` rounds; in each, the target alone and every setting run once, and the
+order rotates from round to round so each configuration goes first equally often (drift hits
+all alike). Runs never overlap: one generation at a time on the one loaded pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from app.engine import DoneEvent, GenerationConfig, GenerationStats, ModelPair, RoundEvent, TokenEvent
+
+from .prompts import BenchPrompt
+from .settings import BenchSetting
+
+BASELINE = "target only"
+
+
+@dataclass
+class RunRecord:
+    prompt: int  # index into the prompt list
+    setting: str  # a setting's name, or BASELINE
+    run: int
+    stats: GenerationStats
+    ids: list[int]
+    rounds: list[RoundEvent] = field(default_factory=list)
+
+
+def run_once(
+    pair: ModelPair, prompt: Sequence[int], cfg: GenerationConfig, speculative: bool
+) -> tuple[GenerationStats, list[int], list[RoundEvent]]:
+    stats: GenerationStats | None = None
+    ids: list[int] = []
+    rounds: list[RoundEvent] = []
+    for ev in pair.generate(prompt, cfg, speculative=speculative):
+        if isinstance(ev, TokenEvent):
+            ids.append(ev.id)
+        elif isinstance(ev, RoundEvent):
+            rounds.append(ev)
+        elif isinstance(ev, DoneEvent):
+            stats = ev.stats
+    assert stats is not None
+    return stats, ids, rounds
+
+
+def run_bench(
+    pair: ModelPair,
+    prompts: Sequence[BenchPrompt],
+    encoded: Sequence[list[int]],
+    settings: Sequence[BenchSetting],
+    baseline: GenerationConfig,
+    runs: int,
+    on_done: Callable[[int, list[RunRecord]], None] | None = None,
+) -> list[RunRecord]:
+    # Warm-up: a short run of each configuration, thrown away.
+    warm = min(16, baseline.max_tokens)
+    run_once(pair, encoded[0], replace(baseline, max_tokens=warm), False)
+    for s in settings:
+        run_once(pair, encoded[0], replace(s.config, max_tokens=warm), True)
+    records: list[RunRecord] = []
+    configs: list[tuple[str, GenerationConfig, bool]] = [(BASELINE, baseline, False)]
+    configs += [(s.name, s.config, True) for s in settings]
+    for i, tokens in enumerate(encoded):
+        mine: list[RunRecord] = []
+        for r in range(runs):
+            shift = r % len(configs)
+            for name, cfg, speculative in configs[shift:] + configs[:shift]:
+                stats, ids, rounds = run_once(pair, tokens, cfg, speculative)
+                mine.append(RunRecord(i, name, r, stats, ids, rounds))
+        records += mine
+        if on_done is not None:
+            on_done(i, mine)
+    return records

@@ -1,0 +1,134 @@
+"""Prompt-lookup drafting and the auto drafter: proposals, losslessness, cache consistency."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from run_helpers import run
+from scipy.stats import chisquare
+
+from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
+from app.engine.drafters import LookupDrafter
+from app.engine.sampling import distribution
+
+SUMMARY = (
+    "Summarize this text, quoting its key sentences.\n\nThe Old Mill Bridge was designed by the engineer "
+    "Clara Hoff and built by the Reinhardt company between 1931 and 1934. It opened to traffic in May 1934 "
+    "and carried the main road across the river for more than sixty years. In 1998 inspectors found deep "
+    "cracks in two of its stone arches, and the bridge was closed to cars while it was repaired."
+)
+
+
+def test_candidates_continue_the_latest_longest_match() -> None:
+    lk = LookupDrafter(100, ngram_max=3, ngram_min=2)
+    history = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
+    # Suffix [1, 2, 3] occurred at 0 (followed by 4, 5); [2, 3] also later (7, 8), but the
+    # longest n-gram wins.
+    assert lk.candidates(history, 2) == [4, 5]
+    assert lk.candidates([5, 6, 2, 3, 9, 2, 3, 8, 2, 3], 3) == [8, 2, 3]  # most recent [2, 3]
+    assert lk.candidates([1, 2, 3, 4], 3) == []  # no earlier occurrence
+    assert lk.candidates([1, 2, 1, 2], 5) == [1, 2]  # runs up to the end of the history
+    assert lk.candidates([1], 3) == []
+
+
+def test_lookup_proposals_are_one_hot() -> None:
+    p = LookupDrafter(10).proposal_from([3, 4])
+    assert p.tokens == [3, 4]
+    assert all(q is not None and q.prob_of(t) == 1.0 for q, t in zip(p.qs, p.tokens, strict=True))
+
+
+def test_greedy_lookup_and_auto_match_target_only(smollm2_pair: ModelPair) -> None:
+    prompt = smollm2_pair.chat_prompt([ChatMessage("user", SUMMARY)])
+    base = run(smollm2_pair, prompt, speculative=False, max_tokens=96)
+    for drafter in ("lookup", "auto"):
+        spec = run(smollm2_pair, prompt, max_tokens=96, draft_max=8, adaptive=True, drafter=drafter)
+        assert spec.ids == base.ids, drafter
+        assert spec.stats.lookup_rounds > 0, drafter  # lookup really drafted
+        assert any(ev.drafter == "lookup" and ev.accepted for ev in spec.rounds), drafter
+    fixed = run(smollm2_pair, prompt, max_tokens=96, draft_max=6, drafter="lookup")
+    assert fixed.ids == base.ids
+
+
+def test_lookup_works_without_a_draft_model(smollm2_f16: Path) -> None:
+    with ModelPair.load(smollm2_f16, None, LoadOptions(n_ctx=1024)) as pair:
+        prompt = pair.chat_prompt([ChatMessage("user", SUMMARY)])
+        base = run(pair, prompt, speculative=False, max_tokens=64)
+        for drafter in ("lookup", "auto"):
+            spec = run(pair, prompt, max_tokens=64, draft_max=8, adaptive=True, drafter=drafter)
+            assert spec.ids == base.ids
+            assert spec.stats.lookup_rounds > 0
+            assert all(ev.drafter in ("lookup", "") for ev in spec.rounds)
+
+
+def test_caches_consistent_after_mixed_drafters(smollm2_pair: ModelPair, smollm2_f16: Path) -> None:
+    prompt = smollm2_pair.chat_prompt([ChatMessage("user", SUMMARY)])
+    r = run(smollm2_pair, prompt, max_tokens=80, draft_max=8, adaptive=True, drafter="auto")
+    kinds = {ev.drafter for ev in r.rounds}
+    history = [*prompt, *r.ids]
+    target, draft = smollm2_pair.target, smollm2_pair.draft
+    assert draft is not None
+    assert target.cached == history[:-1] or r.stats.stop_reason != "max_tokens"
+    assert history[: len(draft.cached)] == draft.cached  # always a prefix, even after lookup rounds
+    assert target.kv_pos_max() == len(target.cached) - 1
+    assert draft.kv_pos_max() == len(draft.cached) - 1
+    # Next logits from the reused cache equal a fresh context's.
+    if r.stats.stop_reason == "max_tokens":
+        out = target.decode(history[-1:], "last")
+        assert out is not None
+        got = np.array(out[0])
+        fresh = LoadedModel(smollm2_f16, LoadOptions(n_ctx=target.n_ctx, max_outputs=1))
+        try:
+            ref = fresh.decode(history, "last")
+            assert ref is not None
+            assert int(np.argmax(got)) == int(np.argmax(ref[0]))
+            assert float(np.abs(got - ref[0]).max()) < 0.1
+        finally:
+            fresh.close()
+        target.truncate(len(history) - 1)
+    assert "lookup" in kinds
+
+
+def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair) -> None:
+    """Rejection sampling with lookup's one-hot q: the joint law of 3 tokens is the target's."""
+    settings = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+    prompt = sampling_pair.raw_prompt("one two three four one two three four one two three four one two")
+    target = sampling_pair.target
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(3):
+        nxt: dict[tuple[int, ...], float] = {}
+        for seq, prob in joint.items():
+            target.reset()
+            logits = target.decode([*prompt, *seq], "last")
+            assert logits is not None
+            d = distribution(logits[0], settings)
+            assert d.ids is not None
+            for tok, p in zip(d.ids.tolist(), d.probs.tolist(), strict=True):
+                nxt[(*seq, tok)] = prob * p
+        joint = nxt
+    counts: Counter[tuple[int, ...]] = Counter()
+    lookup_rounds = 0
+    n = 4000
+    for seed in range(n):
+        r = run(
+            sampling_pair,
+            prompt,
+            max_tokens=3,
+            draft_max=3,
+            temperature=1.0,
+            top_k=4,
+            seed=seed,
+            drafter="lookup",
+        )
+        counts[tuple(r.ids)] += 1
+        lookup_rounds += r.stats.lookup_rounds
+    assert lookup_rounds > n // 2  # the repeated pattern really gives lookup something to draft
+    assert set(counts) <= set(joint)
+    cells = [c for c in joint if joint[c] * n >= 5]
+    rest = [c for c in joint if joint[c] * n < 5]
+    observed = [counts[c] for c in cells] + [sum(counts[c] for c in rest)]
+    expected = [joint[c] * n for c in cells] + [sum(joint[c] for c in rest) * n]
+    p_value = chisquare(observed, expected).pvalue
+    print(f"\nlookup drafting, chi-square p-value: {p_value:.3f}")
+    assert p_value > 1e-3
