@@ -192,6 +192,8 @@ class LiveStats:
     accepted: int = 0
     generated: int = 0
     k: int = 0
+    drafter: str = ""  # who drafted the last round: "model", "lookup" or "" (no draft)
+    lookup_rounds: int = 0
     per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
     final: GenerationStats | None = None
 
@@ -202,6 +204,8 @@ class LiveStats:
             self.accepted += ev.accepted
             self.generated += ev.emitted
             self.k = ev.k
+            self.drafter = ev.drafter
+            self.lookup_rounds += ev.drafter == "lookup"
             self.t_last = t
             self.per_round.append(float(ev.emitted))
         elif isinstance(ev, PrefillEvent):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.engine import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.engine.decoding import Drafter
 from app.ui.storage import atomic_write_text
 
 if sys.version_info >= (3, 11):
@@ -30,6 +31,9 @@ class Settings:
     # Drafting (docs/benchmarks.md: adaptive with room up to 12 did best on the test pair).
     draft_max: int = 12
     adaptive: bool = True
+    # Who drafts: the draft model, prompt lookup (continue text found earlier in the context),
+    # or auto: each round whichever promises more tokens per second.
+    drafter: Drafter = "auto"
     # Sampling: temperature 0 is greedy decoding (the output is then exactly reproducible).
     temperature: float = 0.0
     top_k: int = 40
@@ -45,6 +49,8 @@ class Settings:
 
     def validate(self) -> None:
         """Raise TandemError with one sentence naming the first bad value."""
+        if self.drafter not in DRAFTERS:
+            raise TandemError(f"the drafter must be one of: {', '.join(DRAFTERS)}")
         if not 0 <= self.draft_max <= DRAFT_MAX_LIMIT:
             raise TandemError(f"K (draft max) must be between 0 and {DRAFT_MAX_LIMIT}")
         if self.max_tokens < 1:
@@ -64,6 +70,7 @@ class Settings:
             max_tokens=self.max_tokens,
             draft_max=self.draft_max,
             adaptive=self.adaptive,
+            drafter=self.drafter,
             sampler=SamplerSettings(
                 temperature=self.temperature,
                 top_k=self.top_k,
@@ -89,6 +96,7 @@ class Settings:
 _TYPES: dict[str, tuple[type, ...]] = {
     "draft_max": (int,),
     "adaptive": (bool,),
+    "drafter": (str,),
     "temperature": (float, int),
     "top_k": (int,),
     "top_p": (float, int),

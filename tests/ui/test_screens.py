@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from textual.pilot import Pilot
-from textual.widgets import Input, Static, Switch
+from textual.widgets import Input, Select, Static, Switch
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
 from app.ui.app import TandemApp
@@ -97,11 +97,13 @@ def test_settings_are_validated_saved_as_toml_and_reload_the_pair(dirs: AppDirs,
         screen.query_one("#seed", Input).value = "42"
         screen.query_one("#n_ctx", Input).value = "768"
         screen.query_one("#adaptive", Switch).value = True
+        screen.query_one("#drafter", Select).value = "model"
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert app.screen is app.chat
         s = app.settings
         assert (s.draft_max, s.temperature, s.seed, s.n_ctx, s.adaptive) == (7, 0.7, 42, 768, True)
+        assert s.drafter == "model" and app.settings.generation_config().drafter == "model"
         saved, notes = load_settings(dirs.settings_file)
         assert saved == s and not notes
         # The context size changed: the pair is reloaded with it.

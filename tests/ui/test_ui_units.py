@@ -21,8 +21,9 @@ from app.ui.widgets.token_text import TokenText
 # ---------------------------------------------------------------------- settings
 def test_settings_round_trip_through_toml(tmp_path: Path) -> None:
     s = Settings(
-        draft_max=7, adaptive=False, temperature=0.8, top_p=0.9, top_k=20, seed=3, max_tokens=99,
-        n_ctx=2048, n_gpu_layers=0, n_threads=2, system_prompt='Say "hi"\n\tand\\ bye — ünïcode',
+        draft_max=7, adaptive=False, drafter="lookup", temperature=0.8, top_p=0.9, top_k=20, seed=3,
+        max_tokens=99, n_ctx=2048, n_gpu_layers=0, n_threads=2,
+        system_prompt='Say "hi"\n\tand\\ bye — ünïcode',
     )  # fmt: skip
     path = tmp_path / "settings.toml"
     save_settings(path, s)
@@ -43,6 +44,9 @@ def test_bad_settings_files_fall_back_with_a_note(tmp_path: Path) -> None:
     s, notes = load_settings(path)
     assert s.top_k == 10 and s.draft_max == Settings().draft_max
     assert any("wrong type" in n for n in notes) and any("unknown setting 'colour'" in n for n in notes)
+    path.write_text('drafter = "psychic"\n')
+    s, notes = load_settings(path)
+    assert s == Settings() and "drafter must be one of" in notes[0]
     path.write_text("draft_max = 99\n")
     s, notes = load_settings(path)
     assert s == Settings() and "between 0 and 32" in notes[0]

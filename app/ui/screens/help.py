@@ -16,9 +16,10 @@ from app.ui.colours import ORIGIN_COLOURS
 _G, _Y, _C = (ORIGIN_COLOURS[o] for o in (Origin.DRAFT, Origin.TARGET, Origin.BONUS))
 
 COLOURS = f"""\
-[b]The colours.[/b] A small [i]draft[/i] model guesses the next few tokens; the large \
+[b]The colours.[/b] A small [i]draft[/i] model (or [i]prompt lookup[/i], which copies what \
+followed the same words earlier in the conversation) guesses the next few tokens; the large \
 [i]target[/i] model checks all the guesses in one batched pass and keeps the longest run it \
-agrees with. A [{_G}]green[/] token was guessed by the draft and accepted by the target. A \
+agrees with. A [{_G}]green[/] token was guessed and accepted by the target. A \
 [{_Y}]yellow[/] token is the target's own: its correction after it rejected a guess. A \
 [{_C}]cyan[/] [i]bonus[/i] token comes free when every guess of a round was accepted: the same \
 pass already computed the next token. Every token is exactly what the target alone would have \
@@ -33,10 +34,11 @@ excluded. [i]Speedup[/i] divides it by the target's own speed on this machine: a
 (F3) has run the target alone, which replaces it with a [i]measured[/i] rate kept for this pair. \
 [i]Accepted[/i] is the share of the draft's guesses the target kept; [i]tok/pass[/i] is how many \
 tokens each forward pass of the target yielded (1.0 would be no gain); [i]K[/i] is how many \
-tokens the draft guessed in the last round (adaptive drafting picks 0..K max each round from \
-the acceptance and costs it measures). [i]Prefill[/i] is how many prompt tokens this turn really \
-processed: earlier turns stay in the KV caches and are not processed again. The chart shows \
-tokens per target pass, round by round."""
+tokens were guessed in the last round (adaptive drafting picks 0..K max each round from \
+the acceptance and costs it measures), and [i]drafter[/i] who guessed them: the draft model or \
+prompt lookup (auto picks, round by round, whichever promises more speed). [i]Prefill[/i] is \
+how many prompt tokens this turn really processed: earlier turns stay in the KV caches and \
+are not processed again. The chart shows tokens per target pass, round by round."""
 
 KEYS = [
     ("Enter", "send the message"),

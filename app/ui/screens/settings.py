@@ -10,10 +10,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static, Switch
+from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from app.engine import DRAFT_MAX_LIMIT, TandemError
 from app.ui.settings import Settings
+
+DRAFTER_LABELS = {
+    "auto": "auto (model or lookup)",
+    "model": "draft model",
+    "lookup": "prompt lookup",
+}
 
 # (field, label, input type, hint)
 FIELDS: list[tuple[str, str, str, str]] = [
@@ -24,6 +30,7 @@ FIELDS: list[tuple[str, str, str, str]] = [
         f"most tokens the draft guesses per round, 0..{DRAFT_MAX_LIMIT}",
     ),
     ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
+    ("drafter", "Drafter", "select", "model, prompt lookup, or auto: per round, whichever is faster"),
     ("temperature", "Temperature", "number", "0 = greedy: the output is then exactly reproducible"),
     ("top_p", "Top-p", "number", "nucleus sampling, (0, 1]; 1 = off"),
     ("top_k", "Top-k", "integer", "0 = off"),
@@ -61,6 +68,7 @@ class SettingsScreen(ModalScreen[Settings | None]):
     SettingsScreen .row > Input { width: 22; }
     SettingsScreen .row > Input.-wide { width: 1fr; }
     SettingsScreen .row > Switch { width: 10; }
+    SettingsScreen .row > Select { width: 30; }
     SettingsScreen .row > .hint { width: 1fr; padding: 1 0 0 1; color: $text-muted; }
     SettingsScreen #error { color: $error; height: auto; margin: 1 0 0 0; }
     SettingsScreen #buttons { height: 3; margin: 1 0 0 0; }
@@ -80,6 +88,13 @@ class SettingsScreen(ModalScreen[Settings | None]):
                     yield Label(label)
                     if kind == "switch":
                         yield Switch(value=bool(value), id=name)
+                    elif kind == "select":
+                        yield Select(
+                            [(label, v) for v, label in DRAFTER_LABELS.items()],
+                            value=value,
+                            allow_blank=False,
+                            id=name,
+                        )
                     else:
                         text = "" if value is None else str(value)
                         yield Input(
@@ -101,6 +116,9 @@ class SettingsScreen(ModalScreen[Settings | None]):
         for name, label, kind, _ in FIELDS:
             if kind == "switch":
                 values[name] = self.query_one(f"#{name}", Switch).value
+                continue
+            if kind == "select":
+                values[name] = self.query_one(f"#{name}", Select).value
                 continue
             raw = self.query_one(f"#{name}", Input).value.strip()
             if kind == "text":

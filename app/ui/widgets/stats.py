@@ -31,6 +31,10 @@ class StatsView:
     k: int | None = None
     k_max: int = 0
     adaptive: bool = True
+    drafter: str = "auto"  # the setting
+    last_drafter: str = ""  # who drafted the last round
+    lookup_rounds: int = 0
+    rounds: int = 0
     prefill_tokens: int | None = None
     prompt_tokens: int = 0
     generated: int = 0
@@ -52,6 +56,15 @@ def _k_text(v: StatsView) -> str:
     if v.k is None:
         return f"≤ {v.k_max} adaptive" if v.adaptive else f"{v.k_max} fixed"
     return f"{v.k} (adaptive ≤ {v.k_max})" if v.adaptive else f"{v.k} (fixed)"
+
+
+def _drafter_text(v: StatsView) -> str:
+    if not v.rounds:
+        return v.drafter
+    text = f"{v.drafter}, last: {v.last_drafter or 'none'}"
+    if v.drafter == "auto" and v.lookup_rounds:
+        text += f" ({v.lookup_rounds}/{v.rounds} lookup)"
+    return text
 
 
 def _speedup_text(v: StatsView) -> Text:
@@ -102,6 +115,7 @@ def render_wide(v: StatsView) -> Text:
     row("accepted", acc)
     row("tok/pass", _fmt(v.tokens_per_round, ".2f"))
     row("K", _k_text(v))
+    row("drafter", _drafter_text(v))
     prefill = "–" if v.prefill_tokens is None else f"{v.prefill_tokens} tok this turn"
     row("prefill", prefill)
     if v.prefill_tokens is not None:
