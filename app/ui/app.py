@@ -18,6 +18,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from app.catalog.units import format_bytes
 from app.engine import ModelPair, TandemError, check_pair, read_gguf
 from app.ui.conversations import Conversation, ConversationStore
 from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured
@@ -134,9 +135,13 @@ class TandemApp(App[None]):
         ref = message.loaded.ref
         self._remember_pair(ref)
         self.speed = self.speeds.get(ref.key)
-        notes = message.loaded.pair.notes
+        pair = message.loaded.pair
+        sizes = f"target {format_bytes(pair.target.size_bytes)}"
+        if pair.draft is not None:
+            sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
         self.chat.pair_loaded_note(
-            f"Loaded {ref.label} in {message.seconds:.1f} s." + "".join(f" Note: {n}" for n in notes)
+            f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
+            + "".join(f" Note: {n}" for n in pair.notes)
         )
         self._pop_picker()
         if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):
