@@ -37,7 +37,7 @@ class TandemApp(App[None]):
         Binding("f1", "help", "Help"),
         Binding("f2", "pairs", "Pairs"),
         Binding("f3", "demo", "Demo"),
-        Binding("f4", "settings", "Settings"),
+        Binding("f4", "settings", "Setup"),
     ]
 
     def __init__(

@@ -44,11 +44,12 @@ NARROW_BELOW = 100  # columns: below this the numbers go in a bar under the chat
 class ChatScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop"),
-        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("ctrl+r", "regenerate", "Retry"),
         Binding("ctrl+n", "new_chat", "New"),
-        Binding("ctrl+y", "copy_answer", "Copy"),
-        Binding("ctrl+t", "toggle_colour", "Colours"),
-        Binding("ctrl+o", "open_chats", "Chats"),
+        Binding("ctrl+t", "toggle_colour", "Colour"),
+        # Not in the footer (80 columns hold only so much): in the help screen and the palette.
+        Binding("ctrl+y", "copy_answer", "Copy", show=False),
+        Binding("ctrl+o", "open_chats", "Chats", show=False),
         Binding("ctrl+g", "edit_system", "System", show=False),
     ]
 

@@ -407,7 +407,7 @@ class PickerScreen(Screen[None]):
         for i, m in enumerate(self.disk):
             g = m.gguf
             table.add_row(
-                g.name,
+                _short(g.name),
                 g.architecture,
                 _params(g.n_params),
                 g.quantization,
@@ -539,6 +539,11 @@ class PickerScreen(Screen[None]):
         # Leaving the picker does not stop a download silently: it is cancelled (and resumable).
         if self.download is not None:
             self.download.cancel.set()
+
+
+def _short(name: str) -> str:
+    """`owner/repo/file.gguf` -> `file.gguf` (the full name is in the drafts line)."""
+    return name.rsplit("/", 1)[-1]
 
 
 def _params(n: int) -> str:

@@ -13,7 +13,7 @@ from app.engine import Origin
 from app.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from app.ui.speed import SpeedReference
 
-SPARK_POINTS = 48  # rounds shown in the chart
+SPARK_POINTS = 30  # rounds shown in the chart: the latest at the right, older ones scroll left
 
 
 @dataclass
@@ -127,14 +127,19 @@ def render_wide(v: StatsView) -> Text:
 def render_narrow(v: StatsView) -> Text:
     """Two or three lines for the bar under the chat on narrow terminals."""
     t = Text(no_wrap=False)
-    t.append(_fmt(v.tokens_per_s, ".1f", " tok/s"), style="bold")
-    t.append("  ")
-    t.append(_speedup_text(v))
-    t.append("  acc ")
-    t.append(_fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%"))
-    t.append("  ")
-    t.append(_fmt(v.tokens_per_round, ".2f", " tok/pass"))
-    t.append(f"  K {'–' if v.k is None else v.k}/{v.k_max}")
+    if v.tokens_per_s is None:
+        t.append(f"no answer yet · K {_k_text(v)} · drafter {v.drafter}", style="dim")
+    else:
+        t.append(_fmt(v.tokens_per_s, ".1f", " tok/s"), style="bold")
+        t.append("  ")
+        t.append(_speedup_text(v))
+        t.append("  acc ")
+        t.append(_fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%"))
+        t.append("  ")
+        t.append(_fmt(v.tokens_per_round, ".2f", " tok/pass"))
+        t.append(f"  K {'–' if v.k is None else v.k}/{v.k_max}")
+        if v.last_drafter:
+            t.append(f" {v.last_drafter}")
     if v.prefill_tokens is not None:
         t.append(f"  prefill {v.prefill_tokens}/{v.prompt_tokens}")
     t.append("\n")
@@ -182,7 +187,11 @@ class StatsPanel(Vertical):
         self.view = view
         narrow = self.has_class("-narrow")
         self._numbers.update(render_narrow(view) if narrow else render_wide(view))
-        self._chart.data = view.per_round[-SPARK_POINTS:] or [0.0]
+        recent = view.per_round[-SPARK_POINTS:]
+        # Padded to a fixed length so that one round is always the same width, like a live
+        # chart; nothing is drawn before the first round.
+        self._chart.data = [0.0] * (SPARK_POINTS - len(recent)) + recent
+        self._chart.display = bool(recent)
 
     def set_narrow(self, narrow: bool) -> None:
         if narrow != self.has_class("-narrow"):
