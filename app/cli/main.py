@@ -1,4 +1,4 @@
-"""`tandem`: the command-line entry point.
+"""`tandem`: the command-line entry point. With no command it starts the terminal app.
 
 User mistakes (a bad path, an incompatible pair, a full context...) are TandemErrors and are
 printed as one line with exit code 1: never a traceback.
@@ -14,7 +14,7 @@ from app import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_cmd, models_cmd, pairs_cmd, run_cmd
+    from app.cli import bench_cmd, chat_cmd, models_cmd, pairs_cmd, run_cmd
 
     parser = argparse.ArgumentParser(
         prog="tandem",
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tandem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chat_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
     pairs_cmd.add_parsers(sub)
@@ -34,8 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+        # Plain `tandem` starts the app (the picker on a first run, else the last pair).
+        from app.cli.chat_cmd import chat
+
+        args.func = chat
     from app.engine.errors import TandemError
 
     try:

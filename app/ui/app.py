@@ -1,0 +1,307 @@
+"""TandemApp: owns the settings, the loaded pair and the files; the screens do the rest.
+
+Loading a pair, measuring its speed and generating all run in Textual thread workers; they
+report back with messages (`messages.py`), which Textual delivers on the UI thread. Only one
+pair is loaded at a time: before a new one is loaded the old one is freed (big models would not
+fit twice), but only after the cheap checks on the new files passed, and if loading still fails
+the previous pair is loaded again, so a bad choice never leaves the app without a pair.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from functools import partial
+from typing import ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from app.catalog.units import format_bytes
+from app.engine import ModelPair, TandemError, check_pair, read_gguf
+from app.ui.conversations import Conversation, ConversationStore
+from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured
+from app.ui.screens.chat import ChatScreen
+from app.ui.screens.picker import PickerScreen
+from app.ui.session import LoadedPair, PairRef
+from app.ui.settings import Settings, load_settings, save_settings
+from app.ui.speed import SpeedReference, SpeedStore, calibrate
+from app.ui.storage import AppDirs, read_json, write_json
+
+
+class TandemApp(App[None]):
+    TITLE = "Tandem"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1", "help", "Help"),
+        Binding("f2", "pairs", "Pairs"),
+        Binding("f3", "demo", "Demo"),
+        Binding("f4", "settings", "Setup"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        dirs: AppDirs | None = None,
+        pair: PairRef | None = None,
+        calibrate_speed: bool = True,
+    ) -> None:
+        """`pair`: load it at start (`tandem chat`); otherwise the last pair used, or on a
+        first run the pair picker. `calibrate_speed=False` skips the ~1 s speed estimate after
+        loading (tests that do not look at the speedup)."""
+        super().__init__()
+        self.dirs = dirs or AppDirs.default()
+        self.settings, self._settings_notes = load_settings(self.dirs.settings_file)
+        self.conversations = ConversationStore(self.dirs.conversations)
+        self.speeds = SpeedStore(self.dirs.speeds_file)
+        self.initial_pair = pair
+        self.calibrate_speed = calibrate_speed
+        self.loaded: LoadedPair | None = None
+        self.loading: PairRef | None = None
+        self.speed: SpeedReference | None = None
+        self.calibrating = False
+        self.chat = ChatScreen()
+
+    # ------------------------------------------------------------------ start
+    async def on_mount(self) -> None:
+        await self.push_screen(self.chat)
+        for note in self._settings_notes:
+            self.notify(note, severity="warning", timeout=10, markup=False)
+        ref = self.initial_pair or self.last_pair()
+        if ref is not None:
+            self.load_pair(ref)
+        else:
+            self.action_pairs(first_run=True)
+
+    def last_pair(self) -> PairRef | None:
+        state = read_json(self.dirs.state_file)
+        ref = PairRef.from_json(state.get("last_pair")) if isinstance(state, dict) else None
+        if ref is not None and ref.target.is_file() and ref.draft.is_file():
+            return ref
+        return None
+
+    def _remember_pair(self, ref: PairRef) -> None:
+        state = read_json(self.dirs.state_file)
+        state = state if isinstance(state, dict) else {}
+        state["last_pair"] = ref.to_json()
+        write_json(self.dirs.state_file, state)
+
+    # ------------------------------------------------------------------ loading
+    def load_pair(self, ref: PairRef) -> bool:
+        """Start loading `ref` in a worker; False if a load is already under way."""
+        if self.loading is not None:
+            self.notify(f"Already loading {self.loading.label}…", severity="warning", markup=False)
+            return False
+        self.loading = ref
+        self.chat.stop_generation()
+        self.chat.refresh_pair()
+        options = self.settings.load_options()
+        self.run_worker(
+            partial(self._load_thread, ref, self.loaded, options), thread=True, group="load", name="load pair"
+        )
+        return True
+
+    def _load_thread(self, ref: PairRef, old: LoadedPair | None, options: object) -> None:
+        from app.engine import LoadOptions
+
+        assert isinstance(options, LoadOptions)
+        t0 = time.perf_counter()
+        try:
+            # Cheap checks first (headers and tokenizers, no weights): a wrong choice keeps
+            # the current pair loaded.
+            check_pair(read_gguf(ref.target), read_gguf(ref.draft))
+        except TandemError as exc:
+            self.post_message(PairLoadFailed(ref, str(exc), old))
+            return
+        if old is not None:
+            old.close()  # waits for a running job to notice its cancel flag
+        try:
+            pair = ModelPair.load(ref.target, ref.draft, options)
+        except TandemError as exc:
+            restored: LoadedPair | None = None
+            if old is not None:
+                try:
+                    restored = LoadedPair(old.ref, ModelPair.load(old.ref.target, old.ref.draft, options))
+                except TandemError:
+                    restored = None
+            self.post_message(PairLoadFailed(ref, str(exc), restored))
+            return
+        self.post_message(PairLoaded(LoadedPair(ref, pair), time.perf_counter() - t0))
+
+    def on_pair_loaded(self, message: PairLoaded) -> None:
+        self.loading = None
+        self.loaded = message.loaded
+        ref = message.loaded.ref
+        self._remember_pair(ref)
+        self.speed = self.speeds.get(ref.key)
+        pair = message.loaded.pair
+        sizes = f"target {format_bytes(pair.target.size_bytes)}"
+        if pair.draft is not None:
+            sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
+        self.chat.pair_loaded_note(
+            f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
+            + "".join(f" Note: {n}" for n in pair.notes)
+        )
+        self._pop_picker()
+        if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):
+            self._start_calibration(message.loaded)
+        self.chat.refresh_pair()
+
+    def on_pair_load_failed(self, message: PairLoadFailed) -> None:
+        self.loading = None
+        self.loaded = message.current
+        self.speed = self.speeds.get(message.current.ref.key) if message.current else None
+        kept = f" Still using {message.current.ref.label}." if message.current else ""
+        self.notify(
+            message.error + kept,
+            title=f"Could not load {message.ref.label}",
+            severity="error",
+            timeout=12,
+            markup=False,
+        )
+        self.chat.refresh_pair()
+        picker = self._picker()
+        if picker is not None:
+            picker.load_failed(message.ref, message.error)
+        elif message.current is None:
+            self.action_pairs()
+
+    # ------------------------------------------------------------------ speed reference
+    def _start_calibration(self, loaded: LoadedPair) -> None:
+        self.calibrating = True
+        self.run_worker(
+            partial(self._calibrate_thread, loaded), thread=True, group="calibrate", name="calibrate"
+        )
+
+    def _calibrate_thread(self, loaded: LoadedPair) -> None:
+        try:
+            with loaded.lock:
+                if loaded.closed:
+                    self.post_message(SpeedMeasured(loaded, None))
+                    return
+                ref = calibrate(loaded.pair)
+        except TandemError as exc:
+            self.post_message(SpeedMeasured(loaded, None, str(exc)))
+            return
+        self.post_message(SpeedMeasured(loaded, ref))
+
+    def on_speed_measured(self, message: SpeedMeasured) -> None:
+        self.calibrating = False
+        if message.error:
+            self.notify(f"Could not time the target: {message.error}", severity="warning", markup=False)
+        if message.reference is not None and message.loaded is self.loaded:
+            current = self.speeds.get(message.loaded.ref.key)
+            # A measured rate (from the demo) is better than any estimate: keep it.
+            if current is None or current.source == "estimate":
+                self.set_speed(message.loaded, message.reference)
+        self.chat.refresh_pair()
+
+    def set_speed(self, loaded: LoadedPair, reference: SpeedReference) -> None:
+        self.speeds.put(loaded.ref.key, reference)
+        if loaded is self.loaded:
+            self.speed = reference
+            self.chat.refresh_pair()
+
+    # ------------------------------------------------------------------ conversations
+    def save_conversation(self, conv: Conversation) -> None:
+        try:
+            self.conversations.save(conv)
+        except OSError as exc:
+            self.notify(f"Could not save the chat: {exc}", severity="error", markup=False)
+
+    def chat_busy(self) -> bool:
+        return self.chat.job is not None
+
+    # ------------------------------------------------------------------ screens
+    def _picker(self) -> PickerScreen | None:
+        for screen in self.screen_stack:
+            if isinstance(screen, PickerScreen):
+                return screen
+        return None
+
+    def _pop_picker(self) -> None:
+        picker = self._picker()
+        if picker is not None:
+            while self.screen is not picker:
+                self.pop_screen()
+            self.pop_screen()
+
+    def _reset_to_chat(self) -> None:
+        while len(self.screen_stack) > 2 and self.screen is not self.chat:
+            self.pop_screen()
+
+    def action_help(self) -> None:
+        from app.ui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_pairs(self, first_run: bool = False) -> None:
+        if self._picker() is not None:
+            return
+        self._reset_to_chat()
+        self.push_screen(PickerScreen(first_run=first_run))
+
+    def action_demo(self) -> None:
+        from app.ui.screens.demo import DemoScreen
+
+        if isinstance(self.screen, DemoScreen):
+            return
+        self._reset_to_chat()
+        self.push_screen(DemoScreen())
+
+    def action_settings(self) -> None:
+        from app.ui.screens.settings import SettingsScreen
+
+        if isinstance(self.screen, SettingsScreen):
+            return
+        self.push_screen(SettingsScreen(self.settings), self._settings_saved)
+
+    def _settings_saved(self, settings: Settings | None) -> None:
+        if settings is None:
+            return
+        old, self.settings = self.settings, settings
+        try:
+            save_settings(self.dirs.settings_file, settings)
+        except OSError as exc:
+            self.notify(f"Could not save the settings: {exc}", severity="error", markup=False)
+        self.chat.refresh_pair()
+        if settings.needs_reload(old) and self.loaded is not None:
+            self.notify("Loading options changed: reloading the pair.", markup=False)
+            self.load_pair(self.loaded.ref)
+        else:
+            self.notify("Settings saved.", markup=False)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        chat = self.chat
+        yield SystemCommand("Pairs", "Pick, download or open a target + draft pair (F2)", self.action_pairs)
+        yield SystemCommand("Speed demo", "Target alone vs speculative, side by side (F3)", self.action_demo)
+        yield SystemCommand(
+            "Settings", "K, adaptive drafting, sampling, context, GPU layers (F4)", self.action_settings
+        )
+        yield SystemCommand("Help", "What the colours and the numbers mean (F1)", self.action_help)
+        yield SystemCommand("New chat", "Start a new conversation (Ctrl+N)", chat.action_new_chat)
+        yield SystemCommand("Saved chats", "Reopen a saved conversation (Ctrl+O)", chat.action_open_chats)
+        yield SystemCommand("Regenerate", "Answer the last message again (Ctrl+R)", chat.action_regenerate)
+        yield SystemCommand("Stop", "Stop the answer, keep what was written (Esc)", chat.action_stop)
+        yield SystemCommand(
+            "Copy last answer", "To the clipboard via OSC 52 (Ctrl+Y)", chat.action_copy_answer
+        )
+        yield SystemCommand(
+            "Toggle colours", "Colours by token origin / plain reading (Ctrl+T)", chat.action_toggle_colour
+        )
+        yield SystemCommand("Edit system prompt", "Focus the system prompt (Ctrl+G)", chat.action_edit_system)
+
+    # ------------------------------------------------------------------ exit
+    def on_unmount(self) -> None:
+        # Stop any generation so its thread ends within one step, then free the models
+        # (llama.cpp must not be torn down under a running decode).
+        for screen in (self.chat, *self.screen_stack):
+            job = getattr(screen, "job", None)
+            if job is not None:
+                job.cancel.set()
+        if self.loaded is not None:
+            self.loaded.close()
+            self.loaded = None

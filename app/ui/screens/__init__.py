@@ -1,0 +1,1 @@
+"""The app's screens: chat (default), pair picker, speed demo, settings, help, saved chats."""

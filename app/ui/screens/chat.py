@@ -1,0 +1,419 @@
+"""The chat screen: a multi-turn conversation with tokens coloured by origin, live numbers.
+
+Each turn re-sends the whole conversation through the model's chat template; the engine keeps
+both KV caches and reuses their longest common prefix, so only the new turn is prefilled (the
+panel shows how many tokens that was).
+
+Generation runs in a thread worker (`GenerationJob`); its events wait in a buffer that this
+screen drains at most `FRAME_S` apart, so a fast engine produces one screen update per frame
+however many tokens it made, and appending never re-renders the earlier text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
+from app.ui.conversations import Conversation, Turn, encode_spans
+from app.ui.messages import StreamWake
+from app.ui.session import GenerationJob, JobFailed, LiveStats, chat_prompt_tokens, stats_summary
+from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
+from app.ui.widgets.stats import Legend, StatsPanel, StatsView
+from app.ui.widgets.token_text import Piece
+
+if TYPE_CHECKING:
+    from app.ui.app import TandemApp
+
+# Screen updates while streaming: tokens at most every FRAME_S, the numbers every STATS_S.
+# Both are far below what the eye needs and keep the UI's CPU use away from the engine's
+# threads (on a 2-core machine every millisecond the UI spends is one the engine waits for).
+FRAME_S = 1 / 15
+STATS_S = 0.25
+NARROW_BELOW = 100  # columns: below this the numbers go in a bar under the chat
+
+
+class ChatScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+r", "regenerate", "Retry"),
+        Binding("ctrl+n", "new_chat", "New"),
+        Binding("ctrl+t", "toggle_colour", "Colour"),
+        # Not in the footer (80 columns hold only so much): in the help screen and the palette.
+        Binding("ctrl+y", "copy_answer", "Copy", show=False),
+        Binding("ctrl+o", "open_chats", "Chats", show=False),
+        Binding("ctrl+g", "edit_system", "System", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    ChatScreen #body { height: 1fr; }
+    ChatScreen #main { width: 1fr; height: 1fr; }
+    ChatScreen #system-row { height: 1; background: $boost; }
+    ChatScreen #system-label { width: auto; padding: 0 0 0 1; color: $text-muted; }
+    ChatScreen #system {
+        height: 1;
+        border: none;
+        padding: 0 1;
+        background: $boost;
+        color: $text-muted;
+    }
+    ChatScreen #system:focus { color: $text; background: $surface-lighten-1; }
+    ChatScreen #prompt { margin: 0 0; }
+    ChatScreen.-narrow #body { layout: vertical; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(id="chat")
+        self.conv = Conversation()
+        self.job: GenerationJob | None = None
+        self.answer: AnswerView | None = None
+        self.live = LiveStats()
+        self.colour = True
+        self._last_drain = 0.0
+        self._last_stats = 0.0
+        self._drain_scheduled = False
+        self._pending_user: UserTurn | None = None
+        self._failed = False
+
+    @property
+    def tandem(self) -> TandemApp:
+        return self.app  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Header(icon="⇉")
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                with Horizontal(id="system-row"):
+                    yield Static("system ›", id="system-label")
+                    yield Input(placeholder="no system prompt (Ctrl+G edits)", id="system")
+                yield ChatLog(id="log")
+                yield Legend()
+                yield Input(placeholder="Message · Enter sends · Esc stops", id="prompt")
+            yield StatsPanel()
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.conv.system_prompt = self.tandem.settings.system_prompt
+        self.query_one("#system", Input).value = self.conv.system_prompt
+        self.query_one("#prompt", Input).focus()
+        self.refresh_pair()
+
+    def on_resize(self, event: Resize) -> None:
+        narrow = event.size.width < NARROW_BELOW
+        self.set_class(narrow, "-narrow")
+        self.query_one(StatsPanel).set_narrow(narrow)
+
+    @property
+    def log_view(self) -> ChatLog:
+        return self.query_one("#log", ChatLog)
+
+    # ------------------------------------------------------------------ pair state
+    def refresh_pair(self) -> None:
+        """The app loaded, failed to load or re-measured a pair: update title and numbers."""
+        app = self.tandem
+        loaded = app.loaded
+        self.sub_title = loaded.ref.label if loaded else "no pair loaded · F2 pairs"
+        self.update_stats(force=True)
+
+    def pair_loaded_note(self, text: str) -> None:
+        self.log_view.mount(Note(text))
+        self.log_view.follow()
+
+    def _state_text(self) -> str:
+        app = self.tandem
+        if app.loading is not None:
+            return f"loading {app.loading.label}…"
+        if app.loaded is None:
+            return "no pair loaded: F2 picks one"
+        if self.job is not None:
+            return "stopping…" if self.job.cancel.is_set() else "generating…"
+        if app.calibrating:
+            return "measuring the target's speed…"
+        return "ready"
+
+    def stats_view(self) -> StatsView:
+        app = self.tandem
+        s = app.settings
+        live = self.live
+        started = live.prefill is not None
+        final = live.final
+        return StatsView(
+            pair=app.loaded.ref.label if app.loaded else "",
+            state=self._state_text(),
+            tokens_per_s=live.tokens_per_s if live.rounds else None,
+            reference=app.speed,
+            acceptance=live.acceptance if live.drafted else None,
+            accepted=live.accepted,
+            drafted=live.drafted,
+            tokens_per_round=live.tokens_per_round if live.rounds else None,
+            k=live.k if live.rounds else None,
+            k_max=s.draft_max,
+            adaptive=s.adaptive,
+            drafter=s.drafter,
+            last_drafter=live.drafter,
+            lookup_rounds=live.lookup_rounds,
+            rounds=live.rounds,
+            prefill_tokens=live.prefill.prefill_tokens if live.prefill else None,
+            prompt_tokens=live.prefill.prompt_tokens if live.prefill else 0,
+            generated=live.generated if started else 0,
+            stop_reason=final.stop_reason if final else "",
+            per_round=live.per_round,
+        )
+
+    def update_stats(self, force: bool = False) -> None:
+        if not self.is_mounted:
+            return
+        now = time.monotonic()
+        if force or now - self._last_stats >= STATS_S:
+            self._last_stats = now
+            self.query_one(StatsPanel).show(self.stats_view())
+
+    # ------------------------------------------------------------------ sending
+    @on(Input.Changed, "#system")
+    def _system_changed(self, event: Input.Changed) -> None:
+        # Applies from the next turn; the engine re-prefills from the first changed token.
+        self.conv.system_prompt = event.value
+
+    @on(Input.Submitted, "#system")
+    def _system_done(self) -> None:
+        self.query_one("#prompt", Input).focus()
+
+    @on(Input.Submitted, "#prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if self.send(text):
+            event.input.value = ""
+
+    def send(self, text: str) -> bool:
+        """Send a user message; False (with a notification) when that cannot happen now."""
+        if not self._can_start():
+            return False
+        user = UserTurn(text)
+        self.log_view.mount(user)
+        self._pending_user = user
+        self.conv.turns.append(Turn("user", text))
+        self._start_answer()
+        return True
+
+    def _can_start(self) -> bool:
+        app = self.tandem
+        if self.job is not None:
+            self.notify("Still answering: Esc stops it.", severity="warning", markup=False)
+            return False
+        if app.loading is not None:
+            self.notify("The pair is still loading…", severity="warning", markup=False)
+            return False
+        if app.loaded is None:
+            self.notify("No model pair is loaded: press F2 to pick one.", severity="warning", markup=False)
+            return False
+        return True
+
+    def _start_answer(self) -> None:
+        """Answer the conversation as it stands (its last turn is the user's)."""
+        app = self.tandem
+        assert app.loaded is not None
+        messages = self.conv.messages()
+        self.conv.pair = app.loaded.ref.label
+        self.live = LiveStats()
+        self._failed = False
+        job = GenerationJob(
+            app.loaded,
+            lambda pair: chat_prompt_tokens(pair, messages),
+            app.settings.generation_config(),
+            speculative=True,
+            wake=lambda: self._wake(job.id),
+        )
+        self.job = job
+        self.answer = AnswerView(colour=self.colour)
+        self.log_view.mount(self.answer)
+        self.log_view.follow()
+        self.update_stats(force=True)
+        self.run_worker(job.run, thread=True, group="generate", name=f"answer {job.id}")
+
+    # ------------------------------------------------------------------ streaming
+    def _wake(self, job_id: int) -> None:
+        """Called from the engine thread: post_message is thread-safe."""
+        self.post_message(StreamWake(job_id))
+
+    def on_stream_wake(self, message: StreamWake) -> None:
+        if self.job is None or message.job_id != self.job.id or self._drain_scheduled:
+            return
+        wait = self._last_drain + FRAME_S - time.monotonic()
+        if wait > 0:
+            self._drain_scheduled = True
+            self.set_timer(wait, self._drain)
+        else:
+            self._drain()
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        job = self.job
+        if job is None:
+            return
+        self._last_drain = time.monotonic()
+        pieces: list[Piece] = []
+        done: DoneEvent | None = None
+        failed: JobFailed | None = None
+        live = self.live
+        for t, ev in job.buffer.drain():
+            if isinstance(ev, TokenEvent):
+                if ev.text:
+                    pieces.append((ev.text, ev.origin))
+            elif isinstance(ev, (RoundEvent, PrefillEvent)):
+                live.feed(t, ev)
+            elif isinstance(ev, DoneEvent):
+                live.feed(t, ev)
+                done = ev
+            elif isinstance(ev, JobFailed):
+                failed = ev
+        log = self.log_view
+        follow = log.near_end
+        if pieces and self.answer is not None:
+            self.answer.append(pieces)
+        if done is not None:
+            self._finish(done)
+        elif failed is not None:
+            self._fail(failed)
+        else:
+            self.update_stats()
+        if follow:
+            log.follow()
+
+    def _finish(self, done: DoneEvent) -> None:
+        answer = self.answer
+        summary = stats_summary(done.stats)
+        if answer is not None:
+            answer.finish(summary)
+            spans = encode_spans(answer.tokens.pieces)
+            self.conv.turns.append(Turn("assistant", done.text, spans, summary))
+        self.job = None
+        self.answer = None
+        self._pending_user = None
+        self.tandem.save_conversation(self.conv)
+        self.update_stats(force=True)
+
+    def _fail(self, failed: JobFailed) -> None:
+        """The engine refused (context full, no template...): undo the turn, keep the text."""
+        self.job = None
+        if self.answer is not None:
+            self.answer.remove()
+            self.answer = None
+        if self._pending_user is not None:
+            prompt = self.query_one("#prompt", Input)
+            if not prompt.value:
+                prompt.value = self._pending_user.text
+            self._pending_user.remove()
+            self._pending_user = None
+            if self.conv.turns and self.conv.turns[-1].role == "user":
+                self.conv.turns.pop()
+        self._failed = True
+        self.notify(failed.message, title="Could not answer", severity="error", timeout=8, markup=False)
+        self.update_stats(force=True)
+
+    # ------------------------------------------------------------------ actions
+    def action_stop(self) -> None:
+        if self.job is not None:
+            self.job.cancel.set()
+            self.update_stats(force=True)
+
+    def stop_generation(self) -> None:
+        self.action_stop()
+
+    def action_regenerate(self) -> None:
+        if self.job is not None:
+            self.notify("Still answering: Esc stops it first.", severity="warning", markup=False)
+            return
+        if not self.conv.turns:
+            self.notify("Nothing to regenerate yet.", markup=False)
+            return
+        if not self._can_start():
+            return
+        if self.conv.turns[-1].role == "assistant":
+            self.conv.turns.pop()
+            answers = list(self.log_view.query(AnswerView))
+            if answers:
+                answers[-1].remove()
+        self._start_answer()
+
+    def action_new_chat(self) -> None:
+        self.action_stop()
+        self._detach_job()
+        self.tandem.save_conversation(self.conv)
+        self.load_conversation(Conversation(system_prompt=self.tandem.settings.system_prompt))
+
+    def _detach_job(self) -> None:
+        """Forget a running job (it was cancelled; its events are ignored from now on)."""
+        if self.job is not None:
+            self.job.cancel.set()
+            self.job = None
+            if self.answer is not None:
+                self.answer.finish({})
+                self.answer = None
+
+    def load_conversation(self, conv: Conversation) -> None:
+        self._detach_job()
+        self.conv = conv
+        self.live = LiveStats()
+        log = self.log_view
+        log.remove_children()
+        widgets: list[Any] = []
+        for turn in conv.turns:
+            if turn.role == "user":
+                widgets.append(UserTurn(turn.content))
+            else:
+                view = AnswerView(turn.pieces(), colour=self.colour, finished=True)
+                view.finish(turn.stats)
+                widgets.append(view)
+        if widgets:
+            log.mount_all(widgets)
+        self.query_one("#system", Input).value = conv.system_prompt
+        log.follow()
+        self.update_stats(force=True)
+
+    def action_copy_answer(self) -> None:
+        last = next((t for t in reversed(self.conv.turns) if t.role == "assistant"), None)
+        if last is None:
+            self.notify("No answer to copy yet.", markup=False)
+            return
+        # OSC 52: the terminal puts it on the clipboard (most terminals; tmux with set-clipboard).
+        self.app.copy_to_clipboard(last.content)
+        self.notify(f"Copied the last answer ({len(last.content)} characters).", markup=False)
+
+    def action_toggle_colour(self) -> None:
+        follow = self.log_view.near_end
+        self.colour = not self.colour
+        for view in self.log_view.query(AnswerView):
+            view.set_colour(self.colour)
+        self.query_one(Legend).set_colour(self.colour)
+        if follow:
+            self.call_after_refresh(self.log_view.follow)
+
+    def action_open_chats(self) -> None:
+        from app.ui.screens.conversations import ConversationsScreen
+
+        def opened(conv_id: str | None) -> None:
+            if conv_id is None:
+                return
+            conv = self.tandem.conversations.load(conv_id)
+            if conv is None:
+                self.notify("That conversation could not be read.", severity="error", markup=False)
+                return
+            self.action_stop()
+            self.tandem.save_conversation(self.conv)
+            self.load_conversation(conv)
+
+        self.app.push_screen(ConversationsScreen(self.tandem.conversations), opened)
+
+    def action_edit_system(self) -> None:
+        self.query_one("#system", Input).focus()

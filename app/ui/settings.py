@@ -1,0 +1,162 @@
+"""User settings: generation and loading options, persisted as TOML in the config directory.
+
+The file is written here by hand (the standard library reads TOML but does not write it);
+only flat scalar keys are needed. Unknown keys and values of the wrong type are ignored with
+a note, so an old or hand-edited file never stops the app.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.engine.decoding import Drafter
+from app.ui.storage import atomic_write_text
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Drafting (docs/benchmarks.md: adaptive with room up to 12 did best on the test pair).
+    draft_max: int = 12
+    adaptive: bool = True
+    # Who drafts: the draft model, prompt lookup (continue text found earlier in the context),
+    # or auto: each round whichever promises more tokens per second.
+    drafter: Drafter = "auto"
+    # Sampling: temperature 0 is greedy decoding (the output is then exactly reproducible).
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+    max_tokens: int = 512
+    # Loading: a change takes effect when the pair is next loaded.
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    n_threads: int | None = None  # None: one per core (llama.cpp's default)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    def validate(self) -> None:
+        """Raise TandemError with one sentence naming the first bad value."""
+        if self.drafter not in DRAFTERS:
+            raise TandemError(f"the drafter must be one of: {', '.join(DRAFTERS)}")
+        if not 0 <= self.draft_max <= DRAFT_MAX_LIMIT:
+            raise TandemError(f"K (draft max) must be between 0 and {DRAFT_MAX_LIMIT}")
+        if self.max_tokens < 1:
+            raise TandemError("max tokens must be at least 1")
+        if self.n_ctx < 64:
+            raise TandemError("the context size must be at least 64 tokens")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise TandemError("CPU threads must be at least 1 (or empty: one per core)")
+        if self.n_gpu_layers < -1:
+            raise TandemError("GPU layers must be -1 (all), 0 (none) or a positive number")
+        if not math.isfinite(self.temperature):
+            raise TandemError("temperature must be a number")
+        self.generation_config().validate()
+
+    def generation_config(self) -> GenerationConfig:
+        return GenerationConfig(
+            max_tokens=self.max_tokens,
+            draft_max=self.draft_max,
+            adaptive=self.adaptive,
+            drafter=self.drafter,
+            sampler=SamplerSettings(
+                temperature=self.temperature,
+                top_k=self.top_k,
+                top_p=self.top_p,
+                min_p=self.min_p,
+                seed=self.seed,
+            ),
+        )
+
+    def load_options(self) -> LoadOptions:
+        return LoadOptions(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, n_threads=self.n_threads)
+
+    def needs_reload(self, other: Settings) -> bool:
+        """Whether going from `other` to these settings changes how models are loaded."""
+        return self.load_options() != other.load_options()
+
+    @property
+    def greedy(self) -> bool:
+        return self.generation_config().sampler.greedy
+
+
+# The TOML types each key accepts (an integer is accepted where a float is expected).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "draft_max": (int,),
+    "adaptive": (bool,),
+    "drafter": (str,),
+    "temperature": (float, int),
+    "top_k": (int,),
+    "top_p": (float, int),
+    "min_p": (float, int),
+    "seed": (int,),
+    "max_tokens": (int,),
+    "n_ctx": (int,),
+    "n_gpu_layers": (int,),
+    "n_threads": (int,),
+    "system_prompt": (str,),
+}
+assert set(_TYPES) == {f.name for f in fields(Settings)}
+
+
+def load_settings(path: Path) -> tuple[Settings, list[str]]:
+    """The settings in `path` (defaults for what is missing) and notes about what was ignored."""
+    notes: list[str] = []
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Settings(), notes
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return Settings(), [f"{path} could not be read ({exc}); using the default settings"]
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        allowed = _TYPES.get(key)
+        if allowed is None:
+            notes.append(f"{path}: unknown setting '{key}' ignored")
+        elif not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            notes.append(f"{path}: '{key}' has the wrong type; default used")
+        else:
+            values[key] = float(value) if float in allowed else value  # type: ignore[arg-type]
+    settings = replace(Settings(), **values)
+    try:
+        settings.validate()
+    except TandemError as exc:
+        return Settings(), [f"{path}: {exc}; using the default settings"]
+    return settings, notes
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    # A JSON string is a valid TOML basic string: same escapes, control characters escaped.
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def settings_toml(settings: Settings) -> str:
+    lines = ["# Tandem settings (written by the app; safe to edit while it is closed)."]
+    for f in fields(Settings):
+        value = getattr(settings, f.name)
+        if value is None:  # TOML has no null: an absent key means "not set"
+            continue
+        lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def save_settings(path: Path, settings: Settings) -> None:
+    atomic_write_text(path, settings_toml(settings))

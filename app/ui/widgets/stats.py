@@ -1,0 +1,226 @@
+"""The live numbers next to the chat, the tokens-per-pass chart, and the colour legend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static
+
+from app.engine import Origin
+from app.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
+from app.ui.speed import SpeedReference
+
+SPARK_POINTS = 30  # rounds shown in the chart: the latest at the right, older ones scroll left
+
+
+@dataclass
+class StatsView:
+    """Everything the panel shows; built by the chat screen from LiveStats and the pair."""
+
+    pair: str = ""
+    state: str = "no pair loaded"
+    tokens_per_s: float | None = None
+    reference: SpeedReference | None = None
+    acceptance: float | None = None
+    accepted: int = 0
+    drafted: int = 0
+    tokens_per_round: float | None = None
+    k: int | None = None
+    k_max: int = 0
+    adaptive: bool = True
+    drafter: str = "auto"  # the setting
+    last_drafter: str = ""  # who drafted the last round
+    lookup_rounds: int = 0
+    rounds: int = 0
+    prefill_tokens: int | None = None
+    prompt_tokens: int = 0
+    generated: int = 0
+    stop_reason: str = ""
+    per_round: list[float] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.tokens_per_s and self.reference:
+            return self.tokens_per_s / self.reference.tokens_per_s
+        return None
+
+
+def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
+    return "–" if v is None else f"{v:{spec}}{suffix}"
+
+
+def _k_text(v: StatsView) -> str:
+    if v.k is None:
+        return f"≤ {v.k_max} adaptive" if v.adaptive else f"{v.k_max} fixed"
+    return f"{v.k} (adaptive ≤ {v.k_max})" if v.adaptive else f"{v.k} (fixed)"
+
+
+def _drafter_text(v: StatsView) -> str:
+    if not v.rounds:
+        return v.drafter
+    text = f"{v.drafter}, last: {v.last_drafter or 'none'}"
+    if v.drafter == "auto" and v.lookup_rounds:
+        text += f" ({v.lookup_rounds}/{v.rounds} lookup)"
+    return text
+
+
+def _speedup_text(v: StatsView) -> Text:
+    t = Text()
+    if v.speedup is None:
+        t.append("–")
+    else:
+        t.append(f"{v.speedup:.2f}×", style="bold")
+    return t
+
+
+def _reference_text(v: StatsView) -> str:
+    if v.reference is None:
+        return "target alone: not measured yet"
+    return f"vs {v.reference.tokens_per_s:.1f} tok/s target alone ({v.reference.how})"
+
+
+def _stop_text(reason: str) -> str:
+    return {
+        "eog": "done",
+        "max_tokens": "max tokens",
+        "stop_string": "stop text",
+        "cancelled": "stopped (Esc)",
+        "context_full": "context full",
+    }.get(reason, reason)
+
+
+def render_wide(v: StatsView) -> Text:
+    """A column of label / value rows for the side panel."""
+    t = Text(no_wrap=False)
+    t.append(v.pair or "no pair", style="bold")
+    t.append("\n")
+    t.append(v.state, style="italic dim")
+    t.append("\n\n")
+
+    def row(label: str, value: str | Text) -> None:
+        t.append(f"{label:<10}", style="dim")
+        t.append(value)
+        t.append("\n")
+
+    row("speed", _fmt(v.tokens_per_s, ".1f", " tok/s"))
+    row("speedup", _speedup_text(v))
+    t.append(_reference_text(v), style="dim")
+    t.append("\n")
+    acc = _fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%")
+    if v.acceptance is not None:
+        acc += f" ({v.accepted}/{v.drafted})"
+    row("accepted", acc)
+    row("tok/pass", _fmt(v.tokens_per_round, ".2f"))
+    row("K", _k_text(v))
+    row("drafter", _drafter_text(v))
+    prefill = "–" if v.prefill_tokens is None else f"{v.prefill_tokens} tok this turn"
+    row("prefill", prefill)
+    if v.prefill_tokens is not None:
+        t.append(f"{'':<10}of {v.prompt_tokens} in the prompt\n", style="dim")
+    row("answer", f"{v.generated} tok" + (f", {_stop_text(v.stop_reason)}" if v.stop_reason else ""))
+    return t
+
+
+def render_narrow(v: StatsView) -> Text:
+    """Two or three lines for the bar under the chat on narrow terminals."""
+    t = Text(no_wrap=False)
+    if v.tokens_per_s is None:
+        t.append(f"no answer yet · K {_k_text(v)} · drafter {v.drafter}", style="dim")
+    else:
+        t.append(_fmt(v.tokens_per_s, ".1f", " tok/s"), style="bold")
+        t.append("  ")
+        t.append(_speedup_text(v))
+        t.append("  acc ")
+        t.append(_fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%"))
+        t.append("  ")
+        t.append(_fmt(v.tokens_per_round, ".2f", " tok/pass"))
+        t.append(f"  K {'–' if v.k is None else v.k}/{v.k_max}")
+        if v.last_drafter:
+            t.append(f" {v.last_drafter}")
+    if v.prefill_tokens is not None:
+        t.append(f"  prefill {v.prefill_tokens}/{v.prompt_tokens}")
+    t.append("\n")
+    t.append(f"{v.state} · {_reference_text(v)}", style="dim")
+    return t
+
+
+class StatsPanel(Vertical):
+    DEFAULT_CSS = """
+    StatsPanel {
+        width: 34;
+        height: 1fr;
+        padding: 0 1;
+        border-left: solid $primary 30%;
+    }
+    StatsPanel > #numbers { height: auto; }
+    StatsPanel > #chart-caption { color: $text-muted; margin-top: 1; }
+    StatsPanel > Sparkline { height: 3; margin-top: 0; }
+    StatsPanel.-narrow {
+        width: 1fr;
+        height: auto;
+        border-left: none;
+        border-top: solid $primary 30%;
+    }
+    StatsPanel.-narrow > #chart-caption { display: none; }
+    StatsPanel.-narrow > Sparkline { height: 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view = StatsView()
+        self._numbers = Static("", id="numbers", markup=False)
+        self._chart = Sparkline([], summary_function=max)
+        self._caption = Static("tokens per target pass, per round", id="chart-caption", markup=False)
+
+    def compose(self) -> ComposeResult:
+        yield self._numbers
+        yield self._caption
+        yield self._chart
+
+    def on_mount(self) -> None:
+        self.show(self.view)
+
+    def show(self, view: StatsView) -> None:
+        self.view = view
+        narrow = self.has_class("-narrow")
+        self._numbers.update(render_narrow(view) if narrow else render_wide(view))
+        recent = view.per_round[-SPARK_POINTS:]
+        # Padded to a fixed length so that one round is always the same width, like a live
+        # chart; nothing is drawn before the first round.
+        self._chart.data = [0.0] * (SPARK_POINTS - len(recent)) + recent
+        self._chart.display = bool(recent)
+
+    def set_narrow(self, narrow: bool) -> None:
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
+            self.show(self.view)
+
+
+class Legend(Static):
+    """What the colours mean, and how to turn them off."""
+
+    DEFAULT_CSS = """
+    Legend { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__("", markup=False)
+        self.colour = True
+
+    def on_mount(self) -> None:
+        self.set_colour(self.colour)
+
+    def set_colour(self, colour: bool) -> None:
+        self.colour = colour
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if colour:
+            for origin in Origin:
+                t.append("■ ", style=ORIGIN_COLOURS[origin])
+                t.append(ORIGIN_LABELS[origin] + "   ")
+            t.append("(^t plain reading)", style="dim")
+        else:
+            t.append("plain reading: finished answers as Markdown   (^t colours by origin)")
+        self.update(t)

@@ -1,0 +1,116 @@
+"""Fixtures for the app's tests: isolated user directories and real model pairs on disk.
+
+Every test gets its own config/data directories (nothing touches the real ones), and the
+settings there fix K and turn adaptive drafting off, so which tokens are drafted, corrected
+or bonus is the same on every run (greedy decoding with a fixed K depends on the models only).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "catalog"))
+
+import model_files
+from hub_server import FakeHub
+from ui_helpers import FIXED
+
+from app.ui.session import PairRef
+from app.ui.settings import Settings, save_settings
+from app.ui.storage import AppDirs
+
+TINY_REPO = "test-org/tiny-GGUF"
+TINY_CATALOG = f"""
+include_builtin = false
+default = "tiny"
+
+[[pair]]
+name = "tiny"
+description = "two tiny random-weight models with SmolLM2's tokenizer"
+shines_on = "tests"
+draft_max = 4
+context = 1024
+
+[pair.target]
+repo_id = "{TINY_REPO}"
+filename = "tiny-a.gguf"
+
+[pair.draft]
+repo_id = "{TINY_REPO}"
+filename = "tiny-a-draft.gguf"
+"""
+
+
+@pytest.fixture(autouse=True)
+def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test reads the real Hugging Face cache, LM Studio or Ollama folders, token or network."""
+    home = tmp_path / "home"
+    home.mkdir()
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # tests that download point HF_ENDPOINT at a fake hub
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("TANDEM_MEMORY", "24G")  # fit verdicts must not depend on what is free now
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TANDEM_CATALOG", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    return cache
+
+
+@pytest.fixture
+def tiny_hub(
+    hf_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_target: Path, tiny_draft: Path
+) -> Iterator[FakeHub]:
+    """A local fake hub serving the tiny pair, and a catalog whose only (default) pair it is."""
+    server = FakeHub(lifetime_s=300).start()
+    server.add(TINY_REPO, "tiny-a.gguf", tiny_target)
+    server.add(TINY_REPO, "tiny-a-draft.gguf", tiny_draft)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    catalog = tmp_path / "pairs.toml"
+    catalog.write_text(TINY_CATALOG)
+    monkeypatch.setenv("TANDEM_CATALOG", str(catalog))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> AppDirs:
+    d = AppDirs.under(tmp_path)
+    save_settings(d.settings_file, FIXED)
+    return d
+
+
+@pytest.fixture
+def write_settings(dirs: AppDirs) -> Callable[[Settings], None]:
+    return lambda s: save_settings(dirs.settings_file, s)
+
+
+@pytest.fixture(scope="session")
+def tiny_ref(tiny_target: Path, tiny_draft: Path) -> PairRef:
+    return PairRef(tiny_target, tiny_draft)
+
+
+@pytest.fixture(scope="session")
+def tiny_close_ref(tiny_target: Path) -> PairRef:
+    """The tiny target with a draft that agrees with it more often."""
+    return PairRef(tiny_target, model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2))
+
+
+@pytest.fixture(scope="session")
+def smollm2_ref(smollm2_f16: Path, smollm2_q4_1: Path) -> PairRef:
+    return PairRef(smollm2_f16, smollm2_q4_1)
+
+
+@pytest.fixture(scope="session")
+def incompatible_draft() -> Path:
+    return model_files.tiny_model("swapped-vocab", seed=1, vocab_edit="swap")

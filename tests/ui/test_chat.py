@@ -1,0 +1,180 @@
+"""The chat screen against real models: send, stream coloured tokens, stop, regenerate..."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.pilot import Pilot
+from textual.widgets import Input, Markdown
+from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
+
+from app.engine import Origin
+from app.ui.app import TandemApp
+from app.ui.conversations import ConversationStore
+from app.ui.session import PairRef
+from app.ui.storage import AppDirs
+from app.ui.widgets.chat_log import AnswerView, UserTurn
+from app.ui.widgets.stats import Legend, StatsPanel
+
+
+def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        assert app.speed is not None and app.speed.source == "estimate"
+        await send(pilot, "Hello there")
+        chat = app.chat
+        answers = list(chat.query(AnswerView))
+        assert len(answers) == 1 and len(list(chat.query(UserTurn))) == 1
+        pieces = answers[0].tokens.pieces
+        origins = {o for _, o in pieces}
+        # The tiny draft agrees with its target about half the time: both kinds appear.
+        assert Origin.DRAFT in origins and Origin.TARGET in origins
+        # The rendered lines carry the origin colours.
+        strip_styles = {
+            str(seg.style.color.triplet.hex)
+            if seg.style and seg.style.color and seg.style.color.triplet
+            else ""
+            for strip in answers[0].tokens._strips + answers[0].tokens._tail
+            for seg in strip
+        }
+        assert "#7bd88f" in strip_styles  # draft accepted (green)
+        turns = chat.conv.turns
+        assert [t.role for t in turns] == ["user", "assistant"]
+        assert turns[1].content and turns[1].stats["generated"] == 32
+        view = chat.query_one(StatsPanel).view
+        assert view.prefill_tokens is not None and view.prefill_tokens == view.prompt_tokens
+        assert view.tokens_per_s and view.speedup and view.acceptance is not None
+        assert view.k is not None and 0 <= view.k <= 4 and view.per_round
+        # Saved on disk, origins included.
+        saved = ConversationStore(dirs.conversations).load(chat.conv.id)
+        assert saved is not None and saved.turns[1].pieces() == turns[1].pieces()
+
+    run_app(app, scenario)
+
+
+def test_second_turn_prefills_only_the_new_turn(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "First question")
+        first = app.chat.live.prefill
+        await send(pilot, "And a second one")
+        second = app.chat.live.prefill
+        assert first is not None and second is not None
+        assert second.prompt_tokens > first.prompt_tokens
+        # The first turn and its answer stay in the KV cache: only the new turn is prefilled.
+        assert second.prefill_tokens < second.prompt_tokens - first.prompt_tokens
+        assert len(app.chat.conv.turns) == 4
+
+    run_app(app, scenario)
+
+
+def test_escape_stops_at_once_and_keeps_the_text(
+    dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
+) -> None:
+    assert callable(write_settings)
+    write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
+    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        chat = app.chat
+        chat.query_one("#prompt").focus()
+        await pilot.press(*"Write a long story about a lighthouse keeper.")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: chat.answer is not None and len(chat.answer.text) > 20, 60, "tokens")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: chat.job is None, 10, "stop")
+        last = chat.conv.turns[-1]
+        assert last.role == "assistant" and last.stats["stop_reason"] == "cancelled"
+        assert 0 < last.stats["generated"] < 400 and len(last.content) > 20
+        # The chat goes on after a stop.
+        app.settings = replace(app.settings, max_tokens=16)
+        await send(pilot, "Thanks!")
+        assert chat.conv.turns[-1].role == "assistant" and len(chat.conv.turns) == 4
+
+    run_app(app, scenario)
+
+
+def test_regenerate_new_chat_copy_and_reopen(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        chat = app.chat
+        await send(pilot, "Tell me something")
+        first = chat.conv.turns[-1].content
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: chat.job is None and len(chat.conv.turns) == 2, 30, "regenerate")
+        assert [t.role for t in chat.conv.turns] == ["user", "assistant"]
+        assert chat.conv.turns[-1].content == first  # greedy: the same answer again
+        assert len(list(chat.query(AnswerView))) == 1
+        await pilot.press("ctrl+y")
+        assert app.clipboard == first
+        conv_id = chat.conv.id
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert chat.conv.id != conv_id and not chat.conv.turns and not list(chat.query(AnswerView))
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert chat.conv.id == conv_id and len(list(chat.query(AnswerView))) == 1
+        assert chat.query_one(AnswerView).text == first
+
+    run_app(app, scenario)
+
+
+def test_colour_toggle_switches_to_markdown(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "Hi")
+        answer = app.chat.query_one(AnswerView)
+        assert answer.tokens.display
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert not answer.tokens.display and answer.query_one(Markdown).display
+        assert "plain reading" in str(app.chat.query_one(Legend).render())
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert answer.tokens.display and not answer.query_one(Markdown).display
+
+    run_app(app, scenario)
+
+
+def test_system_prompt_is_sent(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        chat = app.chat
+        await pilot.press("ctrl+g")
+        system = chat.query_one("#system", Input)
+        assert system.has_focus
+        system.value = "You answer in French."
+        await pilot.press("enter")
+        assert chat.query_one("#prompt", Input).has_focus
+        await send(pilot, "Bonjour")
+        msgs = chat.conv.messages()
+        assert msgs[0].role == "system" and msgs[0].content == "You answer in French."
+
+    run_app(app, scenario)
+
+
+def test_no_pair_sending_says_what_to_do(dirs: AppDirs) -> None:
+    app = TandemApp(dirs=dirs)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        # First run: the picker is open; going back to the chat is refused without a pair.
+        assert app.screen.id == "picker"
+        assert app.chat.send("hello") is False
+        await pilot.pause()
+        assert any("F2" in n.message for n in app._notifications), [n.message for n in app._notifications]
+
+    run_app(app, scenario)

@@ -1,0 +1,219 @@
+"""The pair picker: first run, download with progress / cancel / resume, files on disk, by
+path, and the errors a user can meet (incompatible, corrupt, too big)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import model_files
+import pytest
+from hub_server import FakeHub
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Static, TabbedContent
+from ui_helpers import run_app, wait_for, wait_ready
+
+from app.ui.app import TandemApp
+from app.ui.screens.picker import PickerScreen
+from app.ui.session import PairRef
+from app.ui.storage import AppDirs, read_json
+
+
+def picker(app: TandemApp) -> PickerScreen:
+    screen = app.screen
+    assert isinstance(screen, PickerScreen), screen
+    return screen
+
+
+def text_of(screen: PickerScreen, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
+    dirs: AppDirs, tiny_hub: FakeHub
+) -> None:
+    for f in tiny_hub.files.values():
+        f.chunk_delay_s = 0.002  # slow enough to see progress
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: p.listing is not None and p.online is True, 20, "catalog")
+        table = p.query_one("#catalog", DataTable)
+        assert table.row_count == 1 and table.cursor_row == 0
+        intro = text_of(p, "#intro")
+        assert "Suggested: tiny" in intro and "to download" in intro
+        table.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: p.download is not None, 5, "download start")
+        await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
+        assert app.loaded.ref.name == "tiny"
+        assert not isinstance(app.screen, PickerScreen)  # back to the chat
+        # Both files went through the fake hub and are in the HF cache now; the pair is remembered.
+        assert tiny_hub.gets("tiny-a.gguf") and tiny_hub.gets("tiny-a-draft.gguf")
+        state = read_json(dirs.state_file)
+        assert state["last_pair"]["name"] == "tiny"
+
+    run_app(app, scenario)
+    # The next start opens the last pair directly.
+    again = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def second(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        assert again.loaded is not None and again.loaded.ref.name == "tiny"
+        assert again.screen is again.chat
+
+    run_app(again, second)
+
+
+def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub) -> None:
+    for f in tiny_hub.files.values():
+        f.chunk_delay_s = 0.02  # ~3 MB/s: the tiny target takes a few seconds
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: p.listing is not None and p.online is True, 20, "catalog")
+        p.query_one("#catalog", DataTable).focus()
+        await pilot.press("enter")
+        await wait_for(
+            pilot,
+            lambda: p.download is not None and p.download.progress("target").done_bytes > 500_000,
+            30,
+            "progress",
+        )
+        # Live progress on screen for the target.
+        assert "of" in text_of(p, "#dl-target")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: p.download is None, 10, "cancel")
+        assert "Cancelled tiny" in text_of(p, "#dl-title")
+        assert app.loaded is None
+        for f in tiny_hub.files.values():
+            f.chunk_delay_s = 0.0
+        await pilot.press("enter")  # resumes
+        await wait_for(pilot, lambda: app.loaded is not None, 60, "resume and load")
+        ranges = [r.range for r in tiny_hub.gets("tiny-a.gguf")]
+        assert ranges[0] is None and ranges[-1] is not None and ranges[-1].startswith("bytes=")
+
+    run_app(app, scenario)
+
+
+def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tiny_target: Path) -> None:
+    # Two GGUFs in an LM Studio folder, the second a smaller model with the same tokenizer;
+    # no network (HF_HUB_OFFLINE).
+    small = model_files.tiny_model("small", seed=3, n_embd=32)
+    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
+    models.mkdir(parents=True)
+    shutil.copy(tiny_target, models / "tiny-a.gguf")
+    shutil.copy(small, models / "tiny-small.gguf")
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: p.online is False and p.disk, 20, "offline + disk")
+        assert "No network" in text_of(p, "#network")
+        assert p.query_one("#tabs", TabbedContent).active == "tab-disk"
+        disk = p.query_one("#disk", DataTable)
+        assert disk.row_count == 2
+        # The larger model (the target) is listed first, with one compatible draft.
+        disk.focus()
+        disk.move_cursor(row=0)
+        await pilot.pause()
+        assert p.query_one("#drafts", DataTable).row_count == 1
+        await pilot.press("enter")  # to the drafts list
+        await pilot.press("enter")  # load this draft with it
+        await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
+        assert app.loaded.ref.target.name == "tiny-a.gguf"
+
+    run_app(app, scenario)
+
+
+@pytest.mark.parametrize("case", ["incompatible", "corrupt", "missing"])
+def test_bad_pairs_are_refused_and_the_current_pair_stays(
+    dirs: AppDirs, tiny_ref: PairRef, incompatible_draft: Path, tmp_path: Path, case: str
+) -> None:
+    if case == "incompatible":
+        target, draft = tiny_ref.target, incompatible_draft
+        expect = "cannot draft for"
+    elif case == "corrupt":
+        broken = tmp_path / "truncated.gguf"
+        data = tiny_ref.draft.read_bytes()
+        broken.write_bytes(data[: len(data) // 2])
+        target, draft, expect = tiny_ref.target, broken, "truncated"
+    else:
+        target, draft, expect = tiny_ref.target, tmp_path / "nope.gguf", "not found"
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        p.query_one("#tabs", TabbedContent).active = "tab-path"
+        p.query_one("#target-path", Input).value = str(target)
+        p.query_one("#draft-path", Input).value = str(draft)
+        p.query_one("#draft-path", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert expect in text_of(p, "#error").lower() or expect in text_of(p, "#error")
+        assert app.loaded is not None and app.loaded.ref == tiny_ref and app.loading is None
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.chat
+
+    run_app(app, scenario)
+
+
+def test_switch_pair_by_path_then_chat(dirs: AppDirs, tiny_ref: PairRef, tiny_close_ref: PairRef) -> None:
+    from ui_helpers import send
+
+    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        await send(pilot, "Before")
+        first = app.loaded
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        p.query_one("#tabs", TabbedContent).active = "tab-path"
+        p.query_one("#target-path", Input).value = str(tiny_close_ref.target)
+        p.query_one("#draft-path", Input).value = str(tiny_close_ref.draft)
+        p.query_one("#draft-path", Input).focus()
+        await pilot.press("enter")
+        await wait_ready(pilot)
+        assert app.loaded is not first and app.loaded.ref == tiny_close_ref
+        assert first is not None and first.closed
+        assert app.screen is app.chat
+        assert app.chat.sub_title == tiny_close_ref.label
+        await send(pilot, "After")  # the conversation goes on with the new pair
+        assert len(app.chat.conv.turns) == 4 and app.chat.conv.pair == tiny_close_ref.label
+
+    run_app(app, scenario)
+
+
+def test_too_big_needs_a_second_enter(
+    dirs: AppDirs, tiny_ref: PairRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TANDEM_MEMORY", "1M")
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        p.query_one("#tabs", TabbedContent).active = "tab-path"
+        p.query_one("#target-path", Input).value = str(tiny_ref.target)
+        p.query_one("#draft-path", Input).value = str(tiny_ref.draft)
+        p.query_one("#draft-path", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "won't fit" in text_of(p, "#error") and app.loading is None
+        await pilot.press("enter")
+        await wait_ready(pilot)
+        assert app.loaded is not None
+
+    run_app(app, scenario)

@@ -1,0 +1,231 @@
+"""The app's pieces without a screen: settings file, saved chats, the engine -> UI hand-off,
+and the incremental text widget."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+
+from app.engine import Origin, PrefillEvent, RoundEvent, TokenEvent
+from app.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
+from app.ui.session import EventBuffer, LiveStats, PairRef
+from app.ui.settings import Settings, load_settings, save_settings, settings_toml
+from app.ui.storage import atomic_write_text
+from app.ui.widgets.token_text import TokenText
+
+
+# ---------------------------------------------------------------------- settings
+def test_settings_round_trip_through_toml(tmp_path: Path) -> None:
+    s = Settings(
+        draft_max=7, adaptive=False, drafter="lookup", temperature=0.8, top_p=0.9, top_k=20, seed=3,
+        max_tokens=99, n_ctx=2048, n_gpu_layers=0, n_threads=2,
+        system_prompt='Say "hi"\n\tand\\ bye — ünïcode',
+    )  # fmt: skip
+    path = tmp_path / "settings.toml"
+    save_settings(path, s)
+    loaded, notes = load_settings(path)
+    assert loaded == s and notes == []
+    # None is written as an absent key.
+    save_settings(path, Settings())
+    assert "seed" not in path.read_text() and load_settings(path)[0] == Settings()
+
+
+def test_bad_settings_files_fall_back_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "settings.toml"
+    assert load_settings(path) == (Settings(), [])  # no file: defaults, nothing to say
+    path.write_text("draft_max = [\n")
+    s, notes = load_settings(path)
+    assert s == Settings() and "could not be read" in notes[0]
+    path.write_text('draft_max = "five"\ncolour = 1\ntop_k = 10\n')
+    s, notes = load_settings(path)
+    assert s.top_k == 10 and s.draft_max == Settings().draft_max
+    assert any("wrong type" in n for n in notes) and any("unknown setting 'colour'" in n for n in notes)
+    path.write_text('drafter = "psychic"\n')
+    s, notes = load_settings(path)
+    assert s == Settings() and "drafter must be one of" in notes[0]
+    path.write_text("draft_max = 99\n")
+    s, notes = load_settings(path)
+    assert s == Settings() and "between 0 and 32" in notes[0]
+    path.write_text("adaptive = 1\ntemperature = 1\n")  # an int is no bool; an int is a float
+    s, notes = load_settings(path)
+    assert s.adaptive is True and s.temperature == 1.0 and len(notes) == 1
+
+
+def test_settings_toml_is_valid_for_tricky_strings() -> None:
+    import tomllib
+
+    text = settings_toml(Settings(system_prompt="a\x01b\"c'''\n"))
+    assert tomllib.loads(text)["system_prompt"] == "a\x01b\"c'''\n"
+
+
+# ---------------------------------------------------------------------- conversations
+def test_spans_round_trip() -> None:
+    pieces = [("Hel", Origin.DRAFT), ("lo", Origin.DRAFT), (",", Origin.TARGET), (" wor", Origin.BONUS)]
+    spans = encode_spans(pieces)
+    assert spans == [[5, "d"], [1, "t"], [4, "b"]]
+    assert decode_spans("Hello, wor", spans) == [
+        ("Hello", Origin.DRAFT),
+        (",", Origin.TARGET),
+        (" wor", Origin.BONUS),
+    ]
+    # Damaged spans never lose text: what they do not cover is shown as the target's.
+    assert decode_spans("Hello!", [[3, "d"], ["x", "?"]]) == [("Hel", Origin.DRAFT), ("lo!", Origin.TARGET)]
+
+
+def test_conversation_store(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "c")
+    assert store.list() == []
+    empty = Conversation()
+    store.save(empty)
+    assert store.list() == []  # empty chats are not saved
+    conv = Conversation(system_prompt="sys", pair="p")
+    conv.turns += [
+        Turn("user", "  a   question\nwith lines "),
+        Turn("assistant", "answer", [[6, "d"]], {"x": 1}),
+    ]
+    store.save(conv)
+    (tmp_path / "c" / "junk.json").write_text("{not json")
+    [summary] = store.list()
+    assert summary.title == "a question with lines" and summary.turns == 2 and summary.pair == "p"
+    again = store.load(conv.id)
+    assert again is not None and again.to_json() == conv.to_json()
+    assert [m.role for m in again.messages("next")] == ["system", "user", "assistant", "user"]
+    assert not list((tmp_path / "c").glob("*.tmp"))
+    store.delete(conv.id)
+    assert store.list() == []
+
+
+def test_atomic_write_leaves_the_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "w" / "f.json"
+    atomic_write_text(path, "old")
+
+    def boom(*_: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", boom)
+    with pytest.raises(OSError):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old" and [p.name for p in path.parent.iterdir()] == ["f.json"]
+
+
+# ---------------------------------------------------------------------- engine -> UI
+def test_event_buffer_wakes_once_per_drain() -> None:
+    wakes: list[int] = []
+    buf = EventBuffer(lambda: wakes.append(1))
+    for i in range(100):
+        buf.push(TokenEvent(i, "x", Origin.DRAFT))
+    assert len(wakes) == 1
+    items = buf.drain()
+    assert [ev.id for _, ev in items if isinstance(ev, TokenEvent)] == list(range(100))
+    buf.push(TokenEvent(0, "y", Origin.TARGET))
+    assert len(wakes) == 2
+
+
+def test_event_buffer_from_a_thread_loses_nothing() -> None:
+    got: list[int] = []
+    ready = threading.Event()
+    buf = EventBuffer(ready.set)
+
+    def produce() -> None:
+        for i in range(20000):
+            buf.push(TokenEvent(i, "", Origin.DRAFT))
+
+    t = threading.Thread(target=produce)
+    t.start()
+    while t.is_alive() or ready.is_set():
+        ready.wait(0.01)
+        ready.clear()
+        got += [ev.id for _, ev in buf.drain() if isinstance(ev, TokenEvent)]
+    got += [ev.id for _, ev in buf.drain() if isinstance(ev, TokenEvent)]
+    assert got == list(range(20000))
+
+
+def test_live_stats() -> None:
+    live = LiveStats()
+    live.feed(10.0, PrefillEvent(100, 20, 0.1))
+    live.feed(10.5, RoundEvent(drafted=4, accepted=4, emitted=5, draft_s=0.1, verify_s=0.1, k=4))
+    live.feed(11.0, RoundEvent(drafted=4, accepted=1, emitted=2, draft_s=0.1, verify_s=0.1, k=4))
+    assert live.tokens_per_s == pytest.approx(7.0)
+    assert live.acceptance == pytest.approx(5 / 8) and live.tokens_per_round == pytest.approx(3.5)
+    assert live.per_round == [5.0, 2.0] and live.k == 4
+
+
+def test_pair_labels() -> None:
+    ref = PairRef(Path("/m/SmolLM2-135M-Instruct.F16.gguf"), Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert ref.label == "SmolLM2-135M-Instruct F16 + Q4_1"
+    assert PairRef(Path("/a/big.gguf"), Path("/b/small.gguf")).label == "big + small"
+    assert PairRef(Path("a.gguf"), Path("b.gguf"), "cat-name").label == "cat-name"
+    assert PairRef.from_json(ref.to_json()) == ref and PairRef.from_json({"target": "x"}) is None
+
+
+# ---------------------------------------------------------------------- the text widget
+class _Host(App[None]):
+    def __init__(self, widget: TokenText) -> None:
+        super().__init__()
+        self.widget = widget
+
+    def compose(self) -> ComposeResult:
+        yield self.widget
+
+
+def _lines(widget: TokenText) -> list[str]:
+    return [widget.render_line(y).text.rstrip() for y in range(len(widget._strips) + len(widget._tail))]
+
+
+def test_token_text_appends_like_a_whole_render() -> None:
+    text = (
+        "Here is code:\n```python\ndef f(x):\n    return x * 2  # a long comment line here\n```\nDone. " * 3
+    )
+    pieces = [(text[i : i + 3], list(Origin)[i % 3]) for i in range(0, len(text), 3)]
+
+    async def main() -> tuple[list[str], list[str], int, int]:
+        streamed = TokenText()
+        async with _Host(streamed).run_test(size=(40, 60)) as pilot:
+            for i in range(0, len(pieces), 5):
+                streamed.append(pieces[i : i + 5])
+                await pilot.pause()
+            a = _lines(streamed)
+            closed_before = len(streamed._strips)
+            streamed.append([("!", Origin.TARGET)])  # only the open line is re-wrapped
+            closed_after = len(streamed._strips)
+        whole = TokenText(pieces)
+        async with _Host(whole).run_test(size=(40, 60)) as pilot:
+            await pilot.pause()
+            b = _lines(whole)
+        return a, b, closed_before, closed_after
+
+    a, b, before, after = asyncio.run(main())
+    assert a == b
+    assert before == after
+    assert max(len(line) for line in a) <= 40 and "```python" in a
+
+
+def test_token_text_keeps_origins_and_code_background() -> None:
+    async def main() -> None:
+        w = TokenText(
+            [("a", Origin.DRAFT), ("b\n", Origin.TARGET), ("```\n", Origin.DRAFT), ("code", Origin.BONUS)]
+        )
+        async with _Host(w).run_test(size=(30, 10)) as pilot:
+            await pilot.pause()
+            assert w.text == "ab\n```\ncode"
+            assert w.pieces == [
+                ("a", Origin.DRAFT), ("b", Origin.TARGET), ("\n", Origin.TARGET), ("```", Origin.DRAFT),
+                ("\n", Origin.DRAFT), ("code", Origin.BONUS),
+            ]  # fmt: skip
+            colours = {str(s.style.color.triplet.hex) for s in w.render_line(0) if s.style and s.style.color}
+            assert {"#7bd88f", "#f5c451"} <= colours
+            code_bg = {s.style.bgcolor.triplet.hex for s in w.render_line(2) if s.style and s.style.bgcolor}
+            assert "#262b36" in code_bg
+            w.set_colour(False)
+            plain = {
+                s.style.color.triplet.hex
+                for s in w.render_line(0)
+                if s.style and s.style.color and s.style.color.triplet
+            }
+            assert "#7bd88f" not in plain
+
+    asyncio.run(main())

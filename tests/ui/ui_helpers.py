@@ -1,0 +1,65 @@
+"""Waiting on the app from a Pilot test: real models take real (if short) time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from textual.pilot import Pilot
+
+from app.ui.app import TandemApp
+from app.ui.settings import Settings
+
+# Greedy decoding with a fixed K: which tokens are drafted, corrected or bonus depends on the
+# models only, so the colours are the same on every run.
+# One llama.cpp thread: the tiny models need no more, and a test machine shared with other
+# jobs then cannot stall a generation on a thread that is waiting for a core.
+FIXED = Settings(draft_max=4, adaptive=False, max_tokens=32, n_ctx=1024, n_threads=1)
+
+
+async def wait_for(
+    pilot: Pilot[None], cond: Callable[[], object], timeout: float = 60.0, what: str = ""
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or cond}")
+        await pilot.pause(0.05)
+
+
+async def wait_ready(pilot: Pilot[None], timeout: float = 60.0) -> TandemApp:
+    """Until the pair is loaded and its speed calibration (if any) is over."""
+    app = pilot.app
+    assert isinstance(app, TandemApp)
+    await wait_for(
+        pilot, lambda: app.loaded is not None and app.loading is None and not app.calibrating, timeout, "load"
+    )
+    return app
+
+
+async def send(pilot: Pilot[None], text: str, timeout: float = 60.0) -> None:
+    """Type a message, press Enter, wait for the whole answer."""
+    app = pilot.app
+    assert isinstance(app, TandemApp)
+    chat = app.chat
+    chat.query_one("#prompt").focus()
+    n = len(chat.conv.turns)
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await wait_for(
+        pilot, lambda: chat._failed or (chat.job is None and len(chat.conv.turns) >= n + 2), timeout, "answer"
+    )
+    await pilot.pause()
+
+
+def run_app(
+    app: TandemApp, scenario: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (120, 40)
+) -> None:
+    """Run `scenario` against the app, headless, at a fixed terminal size."""
+
+    async def main() -> None:
+        async with app.run_test(size=size, notifications=True) as pilot:
+            await scenario(pilot)
+
+    asyncio.run(main())
