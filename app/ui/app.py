@@ -68,6 +68,7 @@ class TandemApp(App[None]):
         await self.push_screen(self.chat)
         for note in self._settings_notes:
             self.notify(note, severity="warning", timeout=10, markup=False)
+        self.check_saved_chats()
         ref = self.initial_pair or self.last_pair()
         if ref is not None:
             self.load_pair(ref)
@@ -210,6 +211,25 @@ class TandemApp(App[None]):
         except OSError as exc:
             self.notify(f"Could not save the chat: {exc}", severity="error", markup=False)
 
+    def check_saved_chats(self) -> None:
+        """Read the saved chats once; any file that is not a readable chat has been moved to a
+        backup folder by the store: say so, and where (it is never deleted)."""
+        try:
+            self.conversations.list()
+        except OSError as exc:
+            self.notify(f"Could not read the saved chats: {exc}", severity="error", markup=False)
+            return
+        damaged, self.conversations.damaged = self.conversations.damaged, []
+        if damaged:
+            self.notify(
+                f"{len(damaged)} saved chat file(s) could not be read and were moved to "
+                f"{damaged[0].parent} (kept as they were; the other chats are fine).",
+                title="Damaged saved chats",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
+
     def chat_busy(self) -> bool:
         return self.chat.job is not None
 
@@ -303,5 +323,7 @@ class TandemApp(App[None]):
             if job is not None:
                 job.cancel.set()
         if self.loaded is not None:
-            self.loaded.close()
+            self.loaded.close()  # waits for the cancelled job to finish its step
             self.loaded = None
+        # Only now is the answer complete: keep it (and the question) in the saved chat.
+        self.chat.keep_unfinished()

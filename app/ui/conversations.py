@@ -6,6 +6,7 @@ the same colours it had while streaming. Files are replaced atomically on every 
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Iterable
@@ -148,10 +149,35 @@ class ConversationSummary:
 
 
 class ConversationStore:
-    """One JSON file per conversation in `directory`."""
+    """One JSON file per conversation in `directory`.
+
+    A file that cannot be read as a conversation (a crash of another tool, a disk error, a
+    hand edit gone wrong) is never deleted or overwritten: it is moved to `damaged/` beside the
+    others, with the time in its name, and reported once through `damaged`, so the user can
+    recover it while the rest of the chats keep working.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.damaged: list[Path] = []  # backups made by the last list(), for the app to report
+
+    @property
+    def backup_directory(self) -> Path:
+        return self.directory / "damaged"
+
+    def _set_aside(self, path: Path) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = self.backup_directory / f"{path.stem}.{stamp}{path.suffix}"
+        n = 1
+        while backup.exists():
+            n += 1
+            backup = self.backup_directory / f"{path.stem}.{stamp}-{n}{path.suffix}"
+        try:
+            self.backup_directory.mkdir(parents=True, exist_ok=True)
+            os.replace(path, backup)
+        except OSError:
+            return  # left where it is: still not lost, and reported again next time
+        self.damaged.append(backup)
 
     def _path(self, conv_id: str) -> Path:
         safe = "".join(c for c in conv_id if c.isalnum() or c in "-_")
@@ -178,7 +204,11 @@ class ConversationStore:
         for path in self.directory.glob("*.json"):
             data = read_json(path)
             conv = Conversation.from_json(data) if isinstance(data, dict) else None
-            if conv is not None and conv.turns:
+            if conv is None:
+                if path.exists():  # unreadable, not merely deleted meanwhile
+                    self._set_aside(path)
+                continue
+            if conv.turns:
                 out.append(ConversationSummary(conv.id, conv.title, conv.pair, conv.updated, len(conv.turns)))
         out.sort(key=lambda s: s.updated, reverse=True)
         return out

@@ -80,8 +80,33 @@ def chat_prompt_tokens(pair: ModelPair, messages: Sequence[ChatMessage]) -> list
     that has none (base models), so the chat still works."""
     if pair.has_chat_template():
         return pair.chat_prompt(messages)
+    return pair.raw_prompt(_transcript(messages))
+
+
+def _transcript(messages: Sequence[ChatMessage]) -> str:
     lines = [f"{m.role.capitalize()}: {m.content}" for m in messages]
-    return pair.raw_prompt("\n\n".join(lines) + "\n\nAssistant:")
+    return "\n\n".join(lines) + "\n\nAssistant:"
+
+
+class FittingChatPrompt:
+    """A conversation's prompt that fits the context with room for the answer: when it does
+    not, the oldest turns are left out (the system prompt and the new message always stay) and
+    `dropped` says how many, for the chat to show. Called in the worker thread."""
+
+    def __init__(self, messages: Sequence[ChatMessage], answer_room: int) -> None:
+        self.messages = list(messages)
+        self.answer_room = answer_room
+        self.dropped = 0
+
+    def __call__(self, pair: ModelPair) -> list[int]:
+        # Room for the answer, but never more than half the context: a long conversation in a
+        # small context still gets an answer (it stops at the context's end if it must).
+        reserve = min(self.answer_room, pair.context_size // 2)
+        if pair.has_chat_template():
+            tokens, self.dropped = pair.chat_prompt_fitting(self.messages, reserve)
+            return tokens
+        tokens = pair.raw_prompt(_transcript(self.messages))  # base models: no turns to drop
+        return tokens
 
 
 class LoadedPair:

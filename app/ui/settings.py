@@ -112,29 +112,69 @@ assert set(_TYPES) == {f.name for f in fields(Settings)}
 
 
 def load_settings(path: Path) -> tuple[Settings, list[str]]:
-    """The settings in `path` (defaults for what is missing) and notes about what was ignored."""
+    """The settings in `path` (defaults for what is missing) and notes about what was ignored.
+
+    Each note names the file, the line and the setting. A file with problems is copied to
+    `settings.toml.broken` first, because the app rewrites settings.toml when settings are
+    saved: the user's hand edits are never silently lost."""
     notes: list[str] = []
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         return Settings(), notes
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return Settings(), [f"{path} could not be read ({exc}); using the default settings"]
+        note = f"{path} could not be read ({exc}); using the default settings"
+        return Settings(), [_keep_broken(path, note)]
     values: dict[str, Any] = {}
     for key, value in data.items():
         allowed = _TYPES.get(key)
+        where = f"{path}:{_line_of(text, key)}"
         if allowed is None:
-            notes.append(f"{path}: unknown setting '{key}' ignored")
+            notes.append(f"{where}: unknown setting '{key}' ignored")
         elif not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            notes.append(f"{path}: '{key}' has the wrong type; default used")
+            kind = " or ".join(t.__name__ for t in allowed)
+            notes.append(f"{where}: '{key}' must be {_a(kind)}, not {_a(type(value).__name__)}; default used")
         else:
             values[key] = float(value) if float in allowed else value  # type: ignore[arg-type]
+    # Check each value on its own so the note can name its line, and one bad value costs only
+    # itself; then the combination (values can be fine alone and not together).
+    for key in list(values):
+        try:
+            replace(Settings(), **{key: values[key]}).validate()
+        except TandemError as exc:
+            notes.append(f"{path}:{_line_of(text, key)}: '{key}': {exc}; default used")
+            del values[key]
     settings = replace(Settings(), **values)
     try:
         settings.validate()
     except TandemError as exc:
-        return Settings(), [f"{path}: {exc}; using the default settings"]
+        return Settings(), [*notes, _keep_broken(path, f"{path}: {exc}; using the default settings")]
+    if notes:
+        notes[-1] = _keep_broken(path, notes[-1])
     return settings, notes
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def _line_of(text: str, key: str) -> int | str:
+    """The line on which `key` is set (TOML errors name lines; so do we), or '?'."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        name = line.split("=", 1)[0].strip().strip("\"'")
+        if "=" in line and name == key:
+            return number
+    return "?"
+
+
+def _keep_broken(path: Path, note: str) -> str:
+    backup = path.with_name(path.name + ".broken")
+    try:
+        backup.write_bytes(path.read_bytes())
+    except OSError:
+        return note
+    return f"{note} (your file is kept as {backup.name})"
 
 
 def _toml_value(value: object) -> str:

@@ -75,8 +75,8 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any | None:
-    """The parsed file, or None when it is missing or unreadable (a damaged file is ignored
-    rather than stopping the app; it is overwritten on the next save)."""
+    """The parsed file, or None when it is missing or unreadable. A damaged file never stops
+    the app; the caller decides how to keep it (conversations are moved aside as a backup)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

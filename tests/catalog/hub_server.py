@@ -36,6 +36,9 @@ class HubFile:
     corrupt: bool = False  # flip a byte in the middle (the ETag still announces the original)
     chunk_delay_s: float = 0.0  # sleep between 64 KB chunks
     claimed_size: int | None = None  # announce this size in HEAD (disk-space tests)
+    errors_left: int = 0  # answer this many GETs of the body with `error_status`...
+    error_status: int = 500  # ...a server error, as the hub's CDN sometimes does
+    errors_on_resume_only: bool = False  # only GETs with a Range header fail
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,15 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             self._error(404, "EntryNotFound", f"{filename} does not exist", commit)
             return
+
+        if body:
+            with hub._lock:
+                failing = f.errors_left > 0 and (self.headers.get("Range") or not f.errors_on_resume_only)
+                if failing:
+                    f.errors_left -= 1
+            if failing:
+                self._error(f.error_status, None, "Internal Error")
+                return
 
         start, status = 0, 200
         rng = self.headers.get("Range")

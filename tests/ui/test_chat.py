@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from textual.pilot import Pilot
@@ -13,7 +14,7 @@ from app.ui.app import TandemApp
 from app.ui.conversations import ConversationStore
 from app.ui.session import PairRef
 from app.ui.storage import AppDirs
-from app.ui.widgets.chat_log import AnswerView, UserTurn
+from app.ui.widgets.chat_log import AnswerView, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel
 
 
@@ -99,6 +100,39 @@ def test_escape_stops_at_once_and_keeps_the_text(
     run_app(app, scenario)
 
 
+def test_quitting_mid_answer_saves_what_was_written_and_exits_cleanly(
+    dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
+) -> None:
+    assert callable(write_settings)
+    write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
+    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        chat = app.chat
+        chat.query_one("#prompt").focus()
+        await pilot.press(*"Write a long story about a lighthouse keeper.")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: chat.answer is not None and len(chat.answer.text) > 20, 60, "tokens")
+        assert chat.answer is not None
+        seen["shown"] = chat.answer.text
+        seen["id"] = chat.conv.id
+        seen["quit_at"] = time.monotonic()
+        await pilot.press("ctrl+q")  # quit while the engine is mid-answer
+
+    run_app(app, scenario)
+    assert time.monotonic() - float(seen["quit_at"]) < 5  # type: ignore[arg-type]
+    assert app.loaded is None  # the models were freed after the job stopped
+    saved = ConversationStore(dirs.conversations).load(str(seen["id"]))
+    assert saved is not None
+    assert [t.role for t in saved.turns] == ["user", "assistant"]
+    answer = saved.turns[-1]
+    assert answer.stats["stop_reason"] == "app closed"
+    assert answer.content.startswith(str(seen["shown"]))  # nothing shown was lost
+    assert {o for _, o in answer.pieces()} >= {Origin.DRAFT}  # with its colours
+
+
 def test_regenerate_new_chat_copy_and_reopen(dirs: AppDirs, tiny_ref: PairRef) -> None:
     app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
 
@@ -176,5 +210,42 @@ def test_no_pair_sending_says_what_to_do(dirs: AppDirs) -> None:
         assert app.chat.send("hello") is False
         await pilot.pause()
         assert any("F2" in n.message for n in app._notifications), [n.message for n in app._notifications]
+
+    run_app(app, scenario)
+
+
+def test_damaged_saved_chat_is_reported_at_start_and_kept(dirs: AppDirs) -> None:
+    folder = dirs.conversations
+    folder.mkdir(parents=True)
+    (folder / "20260101-000000-abcdef.json").write_text('{"id": "x", "turns": [')
+    app = TandemApp(dirs=dirs)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any("could not be read and were moved to" in m and "damaged" in m for m in messages), messages
+
+    run_app(app, scenario)
+    [backup] = (folder / "damaged").iterdir()
+    assert backup.read_text() == '{"id": "x", "turns": ['
+
+
+def test_a_conversation_outgrowing_the_context_drops_its_oldest_turns_with_a_notice(
+    dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
+) -> None:
+    assert callable(write_settings)
+    write_settings(replace(FIXED, n_ctx=256, max_tokens=12, system_prompt="Be brief."))
+    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    long_message = "Please remember this list: " + ", ".join(f"item {i}" for i in range(30))
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_ready(pilot)
+        chat = app.chat
+        for _ in range(4):
+            await send(pilot, long_message)
+            assert not chat._failed
+        notes = [str(n.render()) for n in chat.query(Note)]
+        assert any("the oldest" in n and "left out of this answer" in n for n in notes), notes
+        assert len(chat.conv.turns) == 8  # everything stays in the saved chat
 
     run_app(app, scenario)

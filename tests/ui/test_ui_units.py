@@ -36,20 +36,25 @@ def test_settings_round_trip_through_toml(tmp_path: Path) -> None:
 
 def test_bad_settings_files_fall_back_with_a_note(tmp_path: Path) -> None:
     path = tmp_path / "settings.toml"
+    broken = tmp_path / "settings.toml.broken"
     assert load_settings(path) == (Settings(), [])  # no file: defaults, nothing to say
-    path.write_text("draft_max = [\n")
+    path.write_text("top_k = 10\ndraft_max = = 3\n")
     s, notes = load_settings(path)
-    assert s == Settings() and "could not be read" in notes[0]
-    path.write_text('draft_max = "five"\ncolour = 1\ntop_k = 10\n')
+    assert s == Settings() and "could not be read" in notes[0] and "line 2" in notes[0]
+    assert "settings.toml.broken" in notes[0] and broken.read_text() == path.read_text()
+    path.write_text('# mine\ndraft_max = "five"\ncolour = 1\ntop_k = 10\n')
     s, notes = load_settings(path)
     assert s.top_k == 10 and s.draft_max == Settings().draft_max
-    assert any("wrong type" in n for n in notes) and any("unknown setting 'colour'" in n for n in notes)
+    assert f"{path}:2: 'draft_max' must be an int, not a str" in notes[0]
+    assert f"{path}:3: unknown setting 'colour'" in notes[1]
     path.write_text('drafter = "psychic"\n')
     s, notes = load_settings(path)
-    assert s == Settings() and "drafter must be one of" in notes[0]
-    path.write_text("draft_max = 99\n")
+    assert s == Settings() and f"{path}:1: 'drafter': the drafter must be one of" in notes[0]
+    path.write_text("top_k = 7\n  draft_max = 99\n")  # one bad value costs only itself
     s, notes = load_settings(path)
-    assert s == Settings() and "between 0 and 32" in notes[0]
+    assert s.top_k == 7 and s.draft_max == Settings().draft_max
+    assert f"{path}:2: 'draft_max': K (draft max) must be between 0 and 32" in notes[0]
+    assert broken.read_text() == path.read_text()  # the hand edit is kept before any save
     path.write_text("adaptive = 1\ntemperature = 1\n")  # an int is no bool; an int is a float
     s, notes = load_settings(path)
     assert s.adaptive is True and s.temperature == 1.0 and len(notes) == 1
@@ -97,6 +102,25 @@ def test_conversation_store(tmp_path: Path) -> None:
     assert not list((tmp_path / "c").glob("*.tmp"))
     store.delete(conv.id)
     assert store.list() == []
+
+
+def test_damaged_conversations_are_kept_aside_and_reported(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "c")
+    good = Conversation()
+    good.turns += [Turn("user", "hi"), Turn("assistant", "hello")]
+    store.save(good)
+    damaged = tmp_path / "c" / "20260101-000000-abcdef.json"
+    damaged.write_text('{"id": "20260101-000000-abcdef", "turns": [')  # a crash mid-write elsewhere
+    (tmp_path / "c" / "list.json").write_text("[1, 2]")  # valid JSON, not a conversation
+    [summary] = store.list()
+    assert summary.id == good.id  # the others keep working
+    assert sorted(p.name.split(".")[0] for p in store.damaged) == ["20260101-000000-abcdef", "list"]
+    backup = next(p for p in store.damaged if p.name.startswith("2026"))
+    assert backup.parent == store.backup_directory
+    assert backup.read_text() == '{"id": "20260101-000000-abcdef", "turns": ['  # byte for byte
+    assert not damaged.exists()  # moved, so a later save under that id cannot overwrite it
+    store.damaged.clear()
+    assert len(store.list()) == 1 and store.damaged == []  # reported once
 
 
 def test_atomic_write_leaves_the_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

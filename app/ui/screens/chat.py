@@ -25,7 +25,7 @@ from textual.widgets import Footer, Header, Input, Static
 from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
 from app.ui.conversations import Conversation, Turn, encode_spans
 from app.ui.messages import StreamWake
-from app.ui.session import GenerationJob, JobFailed, LiveStats, chat_prompt_tokens, stats_summary
+from app.ui.session import FittingChatPrompt, GenerationJob, JobFailed, LiveStats, stats_summary
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
 from app.ui.widgets.token_text import Piece
@@ -82,6 +82,7 @@ class ChatScreen(Screen[None]):
         self._drain_scheduled = False
         self._pending_user: UserTurn | None = None
         self._failed = False
+        self._prompt: FittingChatPrompt | None = None
 
     @property
     def tandem(self) -> TandemApp:
@@ -227,9 +228,10 @@ class ChatScreen(Screen[None]):
         self.conv.pair = app.loaded.ref.label
         self.live = LiveStats()
         self._failed = False
+        self._prompt = prompt = FittingChatPrompt(messages, app.settings.max_tokens)
         job = GenerationJob(
             app.loaded,
-            lambda pair: chat_prompt_tokens(pair, messages),
+            prompt,
             app.settings.generation_config(),
             speculative=True,
             wake=lambda: self._wake(job.id),
@@ -292,6 +294,18 @@ class ChatScreen(Screen[None]):
 
     def _finish(self, done: DoneEvent) -> None:
         answer = self.answer
+        dropped = self._prompt.dropped if self._prompt is not None else 0
+        loaded = self.tandem.loaded
+        if dropped and answer is not None and loaded is not None:
+            # Said where it happened, above the answer it affected.
+            self.log_view.mount(
+                Note(
+                    f"The conversation no longer fits the {loaded.pair.context_size:,}-token "
+                    f"context: the oldest {dropped} message(s) were left out of this answer "
+                    "(the system prompt is kept). They stay in the saved chat."
+                ),
+                before=answer,
+            )
         summary = stats_summary(done.stats)
         if answer is not None:
             answer.finish(summary)
@@ -320,6 +334,31 @@ class ChatScreen(Screen[None]):
         self._failed = True
         self.notify(failed.message, title="Could not answer", severity="error", timeout=8, markup=False)
         self.update_stats(force=True)
+
+    def keep_unfinished(self) -> None:
+        """The app is closing mid-answer (its engine job has already stopped): save the
+        question and what was written of the answer, as Esc would have."""
+        job, answer = self.job, self.answer
+        if job is None:
+            return
+        pieces: list[Piece] = list(answer.tokens.pieces) if answer is not None else []
+        done: DoneEvent | None = None
+        for _, ev in job.buffer.drain():
+            if isinstance(ev, TokenEvent) and ev.text:
+                pieces.append((ev.text, ev.origin))
+            elif isinstance(ev, DoneEvent):
+                done = ev
+        self.job = None
+        self.answer = None
+        text = done.text if done is not None else "".join(t for t, _ in pieces)
+        if text:
+            summary: dict[str, Any] = (
+                stats_summary(done.stats) if done is not None else {"generated": len(pieces)}
+            )
+            summary["stop_reason"] = "app closed"
+            self.conv.turns.append(Turn("assistant", text, encode_spans(pieces), summary))
+        self._pending_user = None
+        self.tandem.save_conversation(self.conv)
 
     # ------------------------------------------------------------------ actions
     def action_stop(self) -> None:

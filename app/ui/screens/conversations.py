@@ -56,6 +56,10 @@ class ConversationsScreen(ModalScreen[str | None]):
 
     def _fill(self) -> None:
         self.items = self.store.list()
+        if self.store.damaged:
+            where = self.store.damaged[0].parent
+            self.store.damaged = []
+            self.notify(f"Unreadable chat files were moved to {where} (kept as they were).", markup=False)
         options = self.query_one(OptionList)
         options.clear_options()
         if not self.items:
