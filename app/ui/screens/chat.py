@@ -5,8 +5,9 @@ both KV caches and reuses their longest common prefix, so only the new turn is p
 panel shows how many tokens that was).
 
 Generation runs in a thread worker (`GenerationJob`); its events wait in a buffer that this
-screen drains at most `FRAME_S` apart, so a fast engine produces one screen update per frame
-however many tokens it made, and appending never re-renders the earlier text.
+screen drains at most `FRAME_S` apart (screens/streaming.py), so a fast engine produces one
+screen update per frame however many tokens it made, and appending never re-renders the
+earlier text.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
 from app.ui.conversations import Conversation, Turn, encode_spans
-from app.ui.messages import StreamWake
+from app.ui.screens.streaming import StreamingScreen
 from app.ui.session import FittingChatPrompt, GenerationJob, JobFailed, LiveStats, stats_summary
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
@@ -33,15 +33,13 @@ from app.ui.widgets.token_text import Piece
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
 
-# Screen updates while streaming: tokens at most every FRAME_S, the numbers every STATS_S.
-# Both are far below what the eye needs and keep the UI's CPU use away from the engine's
-# threads (on a 2-core machine every millisecond the UI spends is one the engine waits for).
-FRAME_S = 1 / 15
+# The numbers are redrawn at most every STATS_S while streaming (tokens: every FRAME_S,
+# screens/streaming.py); far below what the eye needs, and cheap for the engine's CPU.
 STATS_S = 0.25
 NARROW_BELOW = 100  # columns: below this the numbers go in a bar under the chat
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(StreamingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+r", "regenerate", "Retry"),
@@ -73,13 +71,10 @@ class ChatScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__(id="chat")
         self.conv = Conversation()
-        self.job: GenerationJob | None = None
         self.answer: AnswerView | None = None
         self.live = LiveStats()
         self.colour = True
-        self._last_drain = 0.0
         self._last_stats = 0.0
-        self._drain_scheduled = False
         self._pending_user: UserTurn | None = None
         self._failed = False
         self._prompt: FittingChatPrompt | None = None
@@ -244,41 +239,8 @@ class ChatScreen(Screen[None]):
         self.run_worker(job.run, thread=True, group="generate", name=f"answer {job.id}")
 
     # ------------------------------------------------------------------ streaming
-    def _wake(self, job_id: int) -> None:
-        """Called from the engine thread: post_message is thread-safe."""
-        self.post_message(StreamWake(job_id))
-
-    def on_stream_wake(self, message: StreamWake) -> None:
-        if self.job is None or message.job_id != self.job.id or self._drain_scheduled:
-            return
-        wait = self._last_drain + FRAME_S - time.monotonic()
-        if wait > 0:
-            self._drain_scheduled = True
-            self.set_timer(wait, self._drain)
-        else:
-            self._drain()
-
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        job = self.job
-        if job is None:
-            return
-        self._last_drain = time.monotonic()
-        pieces: list[Piece] = []
-        done: DoneEvent | None = None
-        failed: JobFailed | None = None
-        live = self.live
-        for t, ev in job.buffer.drain():
-            if isinstance(ev, TokenEvent):
-                if ev.text:
-                    pieces.append((ev.text, ev.origin))
-            elif isinstance(ev, (RoundEvent, PrefillEvent)):
-                live.feed(t, ev)
-            elif isinstance(ev, DoneEvent):
-                live.feed(t, ev)
-                done = ev
-            elif isinstance(ev, JobFailed):
-                failed = ev
+    def show_events(self, job: GenerationJob) -> None:
+        pieces, done, failed = self._take_events(job)
         log = self.log_view
         follow = log.near_end
         if pieces and self.answer is not None:
@@ -291,6 +253,25 @@ class ChatScreen(Screen[None]):
             self.update_stats()
         if follow:
             log.follow()
+
+    def _take_events(self, job: GenerationJob) -> tuple[list[Piece], DoneEvent | None, JobFailed | None]:
+        """Empty the job's buffer: the new text pieces, the end (if reached) or the failure;
+        the numbers go to the live stats as they are met."""
+        pieces: list[Piece] = []
+        done: DoneEvent | None = None
+        failed: JobFailed | None = None
+        for t, ev in job.buffer.drain():
+            if isinstance(ev, TokenEvent):
+                if ev.text:
+                    pieces.append((ev.text, ev.origin))
+            elif isinstance(ev, (RoundEvent, PrefillEvent)):
+                self.live.feed(t, ev)
+            elif isinstance(ev, DoneEvent):
+                self.live.feed(t, ev)
+                done = ev
+            elif isinstance(ev, JobFailed):
+                failed = ev
+        return pieces, done, failed
 
     def _finish(self, done: DoneEvent) -> None:
         answer = self.answer
@@ -341,13 +322,8 @@ class ChatScreen(Screen[None]):
         job, answer = self.job, self.answer
         if job is None:
             return
-        pieces: list[Piece] = list(answer.tokens.pieces) if answer is not None else []
-        done: DoneEvent | None = None
-        for _, ev in job.buffer.drain():
-            if isinstance(ev, TokenEvent) and ev.text:
-                pieces.append((ev.text, ev.origin))
-            elif isinstance(ev, DoneEvent):
-                done = ev
+        new_pieces, done, _ = self._take_events(job)
+        pieces = (list(answer.tokens.pieces) if answer is not None else []) + new_pieces
         self.job = None
         self.answer = None
         text = done.text if done is not None else "".join(t for t, _ in pieces)

@@ -9,7 +9,6 @@ here replaces the chat's calibrated estimate for this pair.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -17,11 +16,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from app.engine import ChatMessage, DoneEvent, GenerationStats, PrefillEvent, RoundEvent, TokenEvent
-from app.ui.messages import StreamWake
+from app.ui.screens.streaming import StreamingScreen
 from app.ui.session import GenerationJob, JobFailed, LiveStats, chat_prompt_tokens
 from app.ui.speed import measured
 from app.ui.widgets.token_text import Piece, TokenText
@@ -30,7 +28,6 @@ if TYPE_CHECKING:
     from app.ui.app import TandemApp
 
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a docstring."
-FRAME_S = 1 / 15
 EXPLAIN = (
     "Same prompt, same settings. The runs go one after the other, never at the same time: the "
     "target alone first, then target + draft. Speeds are decode tokens/s, prefill excluded."
@@ -86,7 +83,7 @@ class DemoPane(Vertical):
         self.speed.update(t)
 
 
-class DemoScreen(Screen[None]):
+class DemoScreen(StreamingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop_or_back", "Stop / back"),
         Binding("ctrl+r", "run", "Run again"),
@@ -101,11 +98,8 @@ class DemoScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__(id="demo")
-        self.job: GenerationJob | None = None
         self.stage = ""  # "", "baseline", "speculative"
         self.results: dict[str, GenerationStats] = {}
-        self._last_drain = 0.0
-        self._drain_scheduled = False
         self._stopped = False
 
     @property
@@ -177,26 +171,7 @@ class DemoScreen(Screen[None]):
         pane.show_speed(None, "prefilling…")
         self.run_worker(job.run, thread=True, group="demo", name=f"demo {stage}")
 
-    def _wake(self, job_id: int) -> None:
-        """Called from the engine thread: post_message is thread-safe."""
-        self.post_message(StreamWake(job_id))
-
-    def on_stream_wake(self, message: StreamWake) -> None:
-        if self.job is None or message.job_id != self.job.id or self._drain_scheduled:
-            return
-        wait = self._last_drain + FRAME_S - time.monotonic()
-        if wait > 0:
-            self._drain_scheduled = True
-            self.set_timer(wait, self._drain)
-        else:
-            self._drain()
-
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        job = self.job
-        if job is None:
-            return
-        self._last_drain = time.monotonic()
+    def show_events(self, job: GenerationJob) -> None:
         pane = self.pane(self.stage)
         pieces: list[Piece] = []
         done: DoneEvent | None = None

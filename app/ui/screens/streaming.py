@@ -1,0 +1,52 @@
+"""The part of a screen that streams an engine job: wake on new events, draw once per frame.
+
+The engine thread appends events to the job's buffer and posts a `StreamWake` when the buffer
+goes from empty to non-empty; the screen drains the buffer at most `FRAME_S` apart, so a fast
+engine causes one screen update per frame however many tokens it made. The chat and the demo
+both stream this way; each says what draining means for it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual.screen import Screen
+
+from app.ui.messages import StreamWake
+from app.ui.session import GenerationJob
+
+# Far below what the eye needs, and it keeps the UI's CPU use away from the engine's threads
+# (on a 2-core machine every millisecond the UI spends is one the engine waits for).
+FRAME_S = 1 / 15
+
+
+class StreamingScreen(Screen[None]):
+    def __init__(self, *, id: str) -> None:
+        super().__init__(id=id)
+        self.job: GenerationJob | None = None
+        self._last_drain = 0.0
+        self._drain_scheduled = False
+
+    def _wake(self, job_id: int) -> None:
+        """Called from the engine thread: post_message is thread-safe."""
+        self.post_message(StreamWake(job_id))
+
+    def on_stream_wake(self, message: StreamWake) -> None:
+        if self.job is None or message.job_id != self.job.id or self._drain_scheduled:
+            return
+        wait = self._last_drain + FRAME_S - time.monotonic()
+        if wait > 0:
+            self._drain_scheduled = True
+            self.set_timer(wait, self._drain)
+        else:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Take everything the job has produced so far and show it (at most once a frame)."""
+        self._drain_scheduled = False
+        if self.job is not None:
+            self._last_drain = time.monotonic()
+            self.show_events(self.job)
+
+    def show_events(self, job: GenerationJob) -> None:
+        raise NotImplementedError
