@@ -86,12 +86,16 @@ def child(args: argparse.Namespace) -> None:
                     await pilot.pause(0.05)
                 app.chat.query_one("#prompt").focus()
                 await pilot.press(*args.prompt)
-                ui_cpu0, wall0 = time.thread_time(), time.perf_counter()
                 await pilot.press("enter")
-                while not app.chat.conv.turns or app.chat.conv.turns[-1].role != "assistant":
-                    await asyncio.sleep(0.2)
+                while not app.chat.live.rounds:  # prefill done, decoding has begun
+                    await asyncio.sleep(0.01)
+                ui_cpu0, wall0 = time.thread_time(), time.perf_counter()
+                while app.chat.live.final is None:
+                    await asyncio.sleep(0.05)
                 # CPU time of the UI thread (Textual's event loop) while the answer streamed.
                 ui_cpu, wall = time.thread_time() - ui_cpu0, time.perf_counter() - wall0
+                while not app.chat.conv.turns or app.chat.conv.turns[-1].role != "assistant":
+                    await asyncio.sleep(0.2)
                 stats = app.chat.conv.turns[-1].stats
                 result.update(
                     tokens_per_s=stats["tokens_per_s"],

@@ -71,3 +71,41 @@ def rejecting_pair(smollm2_f16: Path, tiny_target: Path) -> Iterator[ModelPair]:
     pair = ModelPair.load(smollm2_f16, tiny_target, LoadOptions(n_ctx=2048))
     yield pair
     pair.close()
+
+
+@pytest.fixture
+def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean Hugging Face / Tandem environment: no test reads the real Hugging Face cache,
+    token, proxy, LM Studio or Ollama folders. Returns the (empty) HF cache folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for var in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HUGGINGFACE_HUB_CACHE",
+        "TANDEM_CATALOG",
+        "TANDEM_MEMORY",
+        "OLLAMA_MODELS",
+        "XDG_CACHE_HOME",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    # huggingface_hub computed its token file path at import: keep it away from a real login.
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    return cache

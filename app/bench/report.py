@@ -3,9 +3,10 @@
 Per prompt, category and setting: the measured speedup (median of per-run ratios against the
 target-only run of the same round), per-token acceptance α, tokens per target pass E, mean draft
 length K, the costs c and v, the speedup the cost model predicts, and efficiency =
-measured / predicted. The prediction sums each round's cost in target steps (drafting: K·c for
-the draft model, one search for lookup; verifying: v(K+1)) over the rounds that really ran, so
-efficiency shows what the model does not capture: Python, catch-up batches, noise.
+measured / predicted. The prediction sums each round's cost in target steps over the rounds that
+really ran: drafting (the draft model's first batch, which catches up on what it has not seen,
+then c per further draft token; one search for lookup) and verifying, v(K+1). Efficiency shows
+what the model does not capture: Python, sampling, noise.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
     rejections = sum(1 for ev in rounds if ev.accepted < ev.drafted)
     drafted = sum(ev.drafted for ev in rounds)
     generated = sum(ev.emitted for ev in rounds)
-    cost = sum(costs.round_cost(ev.drafter, ev.drafted) for ev in rounds)
+    cost = sum(costs.round_cost(ev.drafter, ev.drafted, ev.caught_up, ev.looked_up) for ev in rounds)
     ratios = _ratios(records, setting)
     speedup = statistics.median(ratios) if ratios else 0.0
     predicted = generated / cost if cost else 0.0
@@ -99,6 +100,8 @@ def build_report(
             "c": costs.c,
             "c_lookup": costs.c_lookup,
             "v": {str(n): costs.v(n) for n in sorted(costs.verify_s)},
+            # The draft model's catch-up batch of n tokens, in target steps.
+            "catchup": {str(n): costs.catchup(n) for n in sorted(costs.draft_batch_s)},
         },
         "prompts": [],
         "categories": {},

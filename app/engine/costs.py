@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .drafters import LookupDrafter
-from .model import LoadedModel
+from .model import LoadedModel, Outputs
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,10 @@ class MeasuredCosts:
     draft_step_s: float | None  # None without a draft model
     lookup_s: float  # one prompt-lookup search over the context
     verify_s: dict[int, float] = field(default_factory=dict)  # batch size -> seconds
+    # Draft-model batches (last row's logits only): what a round's first draft step costs when
+    # it catches up on n tokens. Size 1 is a lone step right after the target ran (slower than
+    # draft_step_s, which is a step following another draft step).
+    draft_batch_s: dict[int, float] = field(default_factory=dict)
 
     @property
     def c(self) -> float | None:
@@ -38,23 +42,46 @@ class MeasuredCosts:
         """Verify cost of n tokens in target steps; linear between measured sizes."""
         if n <= 1:
             return 1.0
-        sizes = sorted(self.verify_s)
-        lo = max((s for s in sizes if s <= n), default=sizes[0])
-        hi = min((s for s in sizes if s >= n), default=sizes[-1])
-        if lo == hi:
-            return self.verify_s[lo] / self.target_step_s
-        w = (n - lo) / (hi - lo)
-        return ((1 - w) * self.verify_s[lo] + w * self.verify_s[hi]) / self.target_step_s
+        return _interpolate({1: self.target_step_s, **self.verify_s}, n) / self.target_step_s
 
-    def round_cost(self, drafter: str, drafted: int) -> float:
-        """A round's cost in target steps: drafting plus verifying drafted + 1 tokens."""
+    def catchup(self, n: int) -> float:
+        """The draft model's first batch of a round, n tokens, in target steps (c when n = 1);
+        linear between measured sizes and beyond the largest."""
+        if self.draft_step_s is None or n <= 0:
+            return 0.0
+        points = {1: self.draft_step_s, **self.draft_batch_s}
+        return _interpolate(points, n) / self.target_step_s
+
+    def round_cost(self, drafter: str, drafted: int, caught_up: int = 1, looked_up: int = 0) -> float:
+        """A round's cost in target steps: drafting plus verifying drafted + 1 tokens.
+
+        A draft-model round pays its first batch (catching up on `caught_up` tokens, more than
+        one after rounds drafted by lookup) and then c per further draft token; the lookup
+        tokens that may end an auto round cost no draft steps."""
         if drafter == "model" and drafted:
-            draft = drafted * (self.c or 0.0)
+            own = drafted - looked_up
+            draft = self.catchup(max(1, caught_up)) + max(0, own - 1) * (self.c or 0.0)
         elif drafter == "lookup":
             draft = self.c_lookup
         else:
             draft = 0.0
         return draft + self.v(drafted + 1)
+
+
+def _interpolate(points: dict[int, float], n: float) -> float:
+    """Piecewise-linear through the points, extended past the largest by the last segment."""
+    sizes = sorted(points)
+    if n <= sizes[0] or len(sizes) == 1:
+        return points[sizes[0]] if n <= sizes[0] else points[sizes[0]] * n / sizes[0]
+    hi = next((s for s in sizes if s >= n), None)
+    if hi is None:  # beyond the largest measured batch
+        a, b = sizes[-2], sizes[-1]
+        return points[b] + (n - b) * (points[b] - points[a]) / (b - a)
+    lo = max(s for s in sizes if s <= n)
+    if lo == hi:
+        return points[lo]
+    w = (n - lo) / (hi - lo)
+    return (1 - w) * points[lo] + w * points[hi]
 
 
 def measure_costs(
@@ -64,7 +91,8 @@ def measure_costs(
     batch_sizes: Sequence[int],
     reps: int = 9,
 ) -> MeasuredCosts:
-    """Time single steps of both models, a lookup search, and target batches of each size."""
+    """Time single steps of both models, a lookup search, and batches of each size (target:
+    verification, all rows' logits; draft: catch-up, the last row's)."""
     tokens = list(context)
     largest = max(batch_sizes, default=1)
     if len(tokens) < largest + 2:
@@ -77,25 +105,49 @@ def measure_costs(
         m.keep_prefix_of(base)
         m.decode(base[len(m.cached) :], "none")
     lookup = LookupDrafter(target.n_vocab)
-    times: dict[str, list[float]] = {"t": [], "d": [], "l": [], **{f"v{n}": [] for n in batch_sizes}}
+    times: dict[str, list[float]] = {"t": [], "d": [], "d1": [], "l": []}
+    for n in batch_sizes:
+        times[f"v{n}"], times[f"d{n}"] = [], []
 
-    def timed(m: LoadedModel, n: int) -> float:
+    def timed(m: LoadedModel, n: int, rows: Outputs = "all") -> float:
         t0 = time.perf_counter()
-        m.decode(probe[:n], "all" if n > 1 else "last")
+        m.decode(probe[:n], rows if n > 1 else "last")
         dt = time.perf_counter() - t0
         m.truncate(len(base))
         return dt
 
+    def steps(m: LoadedModel, n: int) -> list[float]:
+        """n single-token steps in a row, as the decoding loop runs them."""
+        out = []
+        for tok in probe[:n]:
+            t0 = time.perf_counter()
+            m.decode([tok], "last")
+            out.append(time.perf_counter() - t0)
+        m.truncate(len(base))
+        return out
+
     for _ in range(reps):
-        times["t"].append(timed(target, 1))
+        # A step right after the other model ran is slower (its weights are out of cache): a
+        # round's first draft step is such a step, the rest follow each other. Both are timed.
+        times["t"] += steps(target, 3)[1:]
         if draft is not None:
-            times["d"].append(timed(draft, 1))
+            first, *rest = steps(draft, 4)
+            times["d1"].append(first)
+            times["d"] += rest
         t0 = time.perf_counter()
         lookup.candidates(base, largest)
         times["l"].append(time.perf_counter() - t0)
         for n in batch_sizes:
             times[f"v{n}"].append(timed(target, n))
+            if draft is not None:
+                times[f"d{n}"].append(timed(draft, n, "last"))
     for m in models:
         m.keep_prefix_of(saved[id(m)])
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    return MeasuredCosts(med["t"], med.get("d"), med["l"], {n: med[f"v{n}"] for n in batch_sizes})
+    return MeasuredCosts(
+        med["t"],
+        med.get("d"),
+        med["l"],
+        {n: med[f"v{n}"] for n in batch_sizes},
+        {n: med[f"d{n}"] for n in (1, *batch_sizes) if f"d{n}" in med},
+    )

@@ -28,8 +28,8 @@ from typing import Literal
 
 import numpy as np
 
-from .draft_policy import REPRODUCIBLE_K, AdaptivePolicy, CostModel, FixedPolicy
-from .drafters import LookupDrafter, ModelDrafter, pick
+from .draft_policy import REPRODUCIBLE_K, AdaptivePolicy, CostModel, FixedPolicy, model_pays
+from .drafters import LookupDrafter, ModelDrafter, Proposal, pick
 from .errors import ContextOverflowError, TandemError
 from .events import (
     DoneEvent,
@@ -47,6 +47,9 @@ from .text_stream import TokenStream
 
 # The largest verification batch; LoadOptions.max_outputs must be at least DRAFT_MAX_LIMIT + 1.
 DRAFT_MAX_LIMIT = 32
+
+# Per round, how much the recent share of lookup-supplied tokens forgets (about 10 rounds).
+_SHARE_DECAY = 0.9
 
 Drafter = Literal["model", "lookup", "auto"]
 DRAFTERS: tuple[Drafter, ...] = ("model", "lookup", "auto")
@@ -93,6 +96,8 @@ class _Round:
     verify_s: float
     k: int = 0  # the draft length chosen for this round
     drafter: str = ""  # "model", "lookup", or "" for a plain target step
+    caught_up: int = 0  # draft-model tokens decoded in the round's first batch
+    looked_up: int = 0  # of the drafts, how many came from prompt lookup
 
 
 StepFn = Callable[[list[int], int], _Round | None]
@@ -212,7 +217,17 @@ def _drive(
             if stream.stopped:
                 reason = "stop_string"
                 break
-        yield RoundEvent(rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s, rnd.k, rnd.drafter)
+        yield RoundEvent(
+            rnd.drafted,
+            rnd.accepted,
+            emitted,
+            rnd.draft_s,
+            rnd.verify_s,
+            rnd.k,
+            rnd.drafter,
+            rnd.caught_up,
+            rnd.looked_up,
+        )
         if rnd.drafter == "lookup":
             lookup_rounds += 1
         if reason is None and generated >= config.max_tokens:
@@ -268,6 +283,11 @@ class _SpeculativeStep:
         self.rng = rng
         self.cancel = cancel
         self.rounds_done = 0
+        self.draft_max = config.draft_max
+        # Recent share of the answer that prompt lookup supplied (decayed token counts): it
+        # decides whether the draft model is worth keeping in step (see _model_pays).
+        self.lookup_tokens = 0.0
+        self.all_tokens = 0.0
         self.model = (
             ModelDrafter(draft, config.sampler, rng, config.p_min, costs, cancel)
             if draft is not None
@@ -284,8 +304,8 @@ class _SpeculativeStep:
             else:
                 self.policies[kind] = AdaptivePolicy(config.draft_max, costs, kind)
 
-    def _choose(self, history: list[int], budget: int) -> tuple[str, int, list[int]]:
-        """(drafter kind, K, lookup candidates) for this round."""
+    def _choose(self, history: list[int], budget: int) -> tuple[str, int, list[int], int]:
+        """(drafter kind, K, lookup candidates, most lookup tokens to append) for this round."""
         candidates: list[int] = []
         if self.lookup is not None:
             t0 = time.perf_counter()
@@ -293,28 +313,58 @@ class _SpeculativeStep:
             if self.rounds_done:
                 self.costs.observe_lookup(time.perf_counter() - t0)
         options: list[tuple[float, str, int]] = []
+        use_model = False
         if self.model is not None:
             k, rate = self.policies["model"].plan(budget)
-            options.append((rate, "model", k))
-        if candidates:
+            use_model = self._model_pays(rate)
+            if use_model:
+                options.append((rate, "model", k))
+        lookup_k = 0
+        if self.lookup is not None:
             # Tokens drafted by lookup must later be caught up on by the draft model.
-            debt = self.costs.catchup_time(1.0) if self.model is not None else 0.0
-            k, rate = self.policies["lookup"].plan(min(budget, len(candidates)), debt)
-            options.append((rate, "lookup", k))
+            debt = self.costs.catchup_time(1.0) if use_model else 0.0
+            if candidates:
+                lookup_k, rate = self.policies["lookup"].plan(min(budget, len(candidates)), debt)
+                options.append((rate, "lookup", lookup_k))
+            elif use_model:  # the most a hybrid round's lookup tail may add
+                lookup_k = self.policies["lookup"].plan(budget, debt)[0]
         if not options:
-            return "lookup", 0, candidates
+            return "lookup", 0, candidates, 0
         if all(rate == 0.0 for rate, _, _ in options):
             # Fixed K, or costs not measured yet: lookup when it has a match, else the model.
             kind = "lookup" if candidates else "model"
-            return next((kind_, k, candidates) for _, kind_, k in options if kind_ == kind)
+            k = next(k_ for _, kind_, k_ in options if kind_ == kind)
+            return kind, k, candidates, lookup_k
         _, kind, k = max(options)
-        return kind, k, candidates
+        return kind, k, candidates, lookup_k
+
+    def _model_pays(self, model_rate: float) -> bool:
+        """Whether to keep drafting with the model, given lookup's recent share of the answer
+        (see draft_policy.model_pays). Without measured costs: yes."""
+        plain = self.costs.verify_time(1)
+        if self.lookup is None or model_rate <= 0.0 or self.all_tokens == 0.0 or plain is None:
+            return True
+        return model_pays(
+            self.lookup_tokens / self.all_tokens, plain, 1.0 / model_rate, self.costs.catchup_time(1.0)
+        )
 
     def __call__(self, history: list[int], budget: int) -> _Round | None:
-        kind, k, candidates = self._choose(history, budget)
+        kind, k, candidates, lookup_k = self._choose(history, budget)
         t0 = time.perf_counter()
+        caught_up = 0
         if kind == "model" and self.model is not None:
-            proposal = self.model.propose(history, k)
+            extend = None
+            if self.lookup is not None and lookup_k:
+                # Hybrid round (auto): the model drafts until prompt lookup can continue its
+                # draft, then lookup's tokens finish it at no draft cost.
+                lookup, draft_max = self.lookup, self.draft_max
+
+                def extend(drafts: Sequence[int]) -> Proposal:
+                    room = min(lookup_k, min(draft_max, budget) - len(drafts))
+                    return lookup.proposal_from(lookup.continuation(history, drafts, room))
+
+            proposal = self.model.propose(history, k, extend)
+            caught_up = self.model.caught_up if k else 0
         else:
             assert self.lookup is not None
             proposal = self.lookup.proposal_from(candidates[:k])
@@ -338,14 +388,31 @@ class _SpeculativeStep:
             self.model.learn_costs = True
         self.rounds_done += 1
         if k:
-            self.policies[kind].observe(len(drafts), n_acc)
+            own = len(drafts) - proposal.looked_up if kind == "model" else len(drafts)
+            self.policies[kind].observe(own, min(n_acc, own))
+            if kind == "model" and proposal.looked_up and n_acc >= own:
+                self.policies["lookup"].observe(proposal.looked_up, n_acc - own)
         else:
             for policy in self.policies.values():  # no evidence this round: let α relax
                 policy.observe(0, 0)
         tokens = [*drafts[:n_acc], nxt]
+        from_lookup = n_acc if kind == "lookup" else max(0, n_acc - (len(drafts) - proposal.looked_up))
+        self.lookup_tokens = self.lookup_tokens * _SHARE_DECAY + from_lookup
+        self.all_tokens = self.all_tokens * _SHARE_DECAY + len(tokens)
         origins = [Origin.DRAFT] * n_acc
         origins.append(Origin.BONUS if drafts and n_acc == len(drafts) else Origin.TARGET)
-        return _Round(tokens, origins, len(drafts), n_acc, t1 - t0, t2 - t1, k, kind if drafts else "")
+        return _Round(
+            tokens,
+            origins,
+            len(drafts),
+            n_acc,
+            t1 - t0,
+            t2 - t1,
+            k,
+            kind if drafts else "",
+            caught_up,
+            len(drafts) if kind == "lookup" else proposal.looked_up,
+        )
 
     def _verify(self, logits: np.ndarray, drafts: list[int], qs: list[Dist | None]) -> tuple[int, int]:
         """Return (number of accepted drafts, the target's next token)."""

@@ -75,6 +75,7 @@ class CostModel:
 
     verify: dict[int, _Ema] = field(default_factory=dict)  # target batch size -> seconds
     drafters: dict[str, DraftCosts] = field(default_factory=dict)
+    _fit: tuple[float, float, float] | None = field(default=None, repr=False)  # (x0, y0, slope)
 
     def of(self, kind: str) -> DraftCosts:
         return self.drafters.setdefault(kind, DraftCosts())
@@ -94,6 +95,7 @@ class CostModel:
 
     def observe_verify(self, n_tokens: int, seconds: float) -> None:
         self.verify.setdefault(n_tokens, _Ema()).add(seconds)
+        self._fit = None
 
     def observe_acceptance(self, kind: str, accepted: int, trials: int) -> None:
         d = self.of(kind)
@@ -124,20 +126,27 @@ class CostModel:
         """Seconds to verify n tokens, from a weighted least-squares line through every batch
         size measured. A line, not the per-size averages: one noisy sample must not make a size
         look so bad that it is never tried again, and a batch never gets cheaper with size."""
+        if self._fit is None:
+            self._fit = self._fit_verify()
+            if self._fit is None:
+                return None
+        x0, y0, slope = self._fit
+        return max(y0 + slope * (n - x0), 1e-6)
+
+    def _fit_verify(self) -> tuple[float, float, float] | None:
         seen = [(size, e.value, e.weight) for size, e in self.verify.items() if e.known]
         if not seen:
             return None
         if len({size for size, _, _ in seen}) == 1:
             size, value, _ = seen[0]
             per_token = value * _PRIOR_VERIFY_SLOPE / (1 + _PRIOR_VERIFY_SLOPE * (size - 1))
-            return max(value + (n - size) * per_token, 1e-6)
+            return float(size), value, per_token
         total = sum(w for _, _, w in seen)
         mx = sum(x * w for x, _, w in seen) / total
         my = sum(y * w for _, y, w in seen) / total
         sxx = sum(w * (x - mx) ** 2 for x, _, w in seen)
         sxy = sum(w * (x - mx) * (y - my) for x, y, w in seen)
-        slope = max(0.0, sxy / sxx)
-        return max(my + slope * (n - mx), 1e-6)
+        return mx, my, max(0.0, sxy / sxx)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -145,6 +154,20 @@ def expected_tokens(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return k + 1.0
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def model_pays(lookup_share: float, plain_s: float, model_s_per_token: float, catchup_s: float) -> bool:
+    """Whether the draft model earns its keep when prompt lookup supplies `lookup_share` of
+    the text (the auto drafter).
+
+    Every token lookup supplies must later be decoded by the draft model too (its catch-up
+    batch), but only if the model drafts again. When most of the text is copied from the
+    context that debt costs more than the model saves on the rest, and lookup alone (plain
+    target steps where it has no match) is faster. Per token of answer, compare what the
+    model saves on the tokens lookup does not supply with the catch-up it costs on those it
+    does:  (1 - f) * (plain step - model's time per token)  vs  f * catch-up per token."""
+    f = min(1.0, max(0.0, lookup_share))
+    return (1.0 - f) * (plain_s - model_s_per_token) > f * catchup_s
 
 
 class FixedPolicy:
@@ -170,6 +193,10 @@ class AdaptivePolicy:
     optimistic α (estimate + one standard error): cheap insurance against a run of bad luck
     switching drafting off for good. Rounds without drafting carry no evidence, so uncertainty
     grows while K = 0 until drafting is tried again.
+
+    (Planning with the plain estimate, or with a per-position estimate of E(K), was measured
+    too: both drafted shorter and ran about 2.5% slower than the best fixed K on the reference
+    pair, where acceptance is high and the optimum is flat; see docs/benchmarks.md.)
     """
 
     adaptive = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,7 @@ DrafterKind = str  # "model" | "lookup"
 class Proposal:
     tokens: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)  # None when greedy
+    looked_up: int = 0  # of tokens, how many (at the end) came from prompt lookup
 
 
 class ModelDrafter:
@@ -54,8 +55,17 @@ class ModelDrafter:
         self.costs = costs
         self.cancel = cancel
         self.learn_costs = False  # set once the generation's first (cold) round is done
+        self.caught_up = 0  # tokens decoded in the last proposal's first (catch-up) batch
 
-    def propose(self, history: Sequence[int], k: int) -> Proposal:
+    def propose(
+        self,
+        history: Sequence[int],
+        k: int,
+        extend: Callable[[Sequence[int]], Proposal] | None = None,
+    ) -> Proposal:
+        """Up to k tokens from the draft model. With `extend` (the auto drafter), after each
+        draft token prompt lookup is asked for a continuation of history + drafts; when it has
+        one, its tokens end the proposal: they cost no draft steps at all."""
         out = Proposal()
         if k <= 0:
             return out
@@ -63,6 +73,7 @@ class ModelDrafter:
         # Catch up in one batch on everything the draft has not seen yet: normally the last
         # token, plus the final draft token after a fully accepted round.
         behind = len(history) - len(model.cached)
+        self.caught_up = behind
         t0 = time.perf_counter()
         logits = model.decode(history[len(model.cached) :], "last")
         t_first = time.perf_counter() - t0
@@ -75,7 +86,16 @@ class ModelDrafter:
             tok, q = pick(row, self.sampler, self.rng)
             out.tokens.append(tok)
             out.qs.append(q)
-            if j == k - 1 or model.is_eog(tok):
+            if model.is_eog(tok):
+                break
+            if extend is not None:
+                more = extend(out.tokens)
+                if more.tokens:
+                    out.tokens += more.tokens
+                    out.qs += more.qs
+                    out.looked_up = len(more.tokens)
+                    break
+            if j == k - 1:
                 break
             if self.cancel is not None and self.cancel.is_set():
                 break
@@ -92,38 +112,65 @@ class ModelDrafter:
 
 
 class LookupDrafter:
+    """Prompt lookup over an index of the context's n-grams.
+
+    The index maps each n-gram (ngram_min..ngram_max tokens) to the position just after its
+    latest occurrence that has a continuation, and is extended as the history grows, so a
+    search is a few dictionary lookups whatever the context length: cheap enough to run after
+    every draft-model step (the auto drafter's hybrid rounds)."""
+
     kind: DrafterKind = "lookup"
 
     def __init__(self, n_vocab: int, ngram_max: int = 4, ngram_min: int = 2) -> None:
         self.n_vocab = n_vocab
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
+        self._latest: dict[tuple[int, ...], int] = {}
+        self._end = 0  # n-grams ending before this position are indexed
+        self._last = -1  # the token at _end - 1 when indexed: detects a different history
+
+    def _sync(self, history: Sequence[int]) -> None:
+        # A generation's history only grows. Anything else (a shorter or different history)
+        # rebuilds the index; a stale index could only cost speed, never change the output.
+        if self._end > len(history) or (self._end and history[self._end - 1] != self._last):
+            self._latest.clear()
+            self._end = 0
+        latest, lo, hi = self._latest, self.ngram_min, self.ngram_max
+        # Only n-grams followed by at least one token: they end at len(history) - 1 at most.
+        for end in range(max(self._end, lo), len(history)):
+            for n in range(lo, min(hi, end) + 1):
+                latest[tuple(history[end - n : end])] = end
+        self._end = max(self._end, len(history))
+        if self._end:
+            self._last = history[self._end - 1]
+
+    def continuation(self, history: Sequence[int], tail: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence in `history` of the
+        longest suffix (ngram_max down to ngram_min tokens) of history + tail."""
+        if k <= 0:
+            return []
+        self._sync(history)
+        suffix = [*history[-self.ngram_max :], *tail][-self.ngram_max :]
+        for n in range(min(self.ngram_max, len(suffix)), self.ngram_min - 1, -1):
+            start = self._latest.get(tuple(suffix[-n:]))
+            if start is not None:
+                return list(history[start : start + k])
+        return []
 
     def candidates(self, history: Sequence[int], k: int) -> list[int]:
         """Up to k tokens that followed the latest earlier occurrence of the longest suffix
         (ngram_max down to ngram_min tokens) of history. Empty when nothing matches."""
-        if k <= 0 or len(history) <= self.ngram_min:
-            return []
-        arr = np.asarray(history, dtype=np.int64)
-        for n in range(min(self.ngram_max, len(arr) - 1), self.ngram_min - 1, -1):
-            pattern = arr[-n:]
-            # Windows starting at 0 .. len-n-1: every earlier occurrence, not the suffix itself.
-            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)
-            hits = np.flatnonzero((windows == pattern).all(axis=1))
-            if hits.size:
-                start = int(hits[-1]) + n  # the most recent match: closest in topic
-                return [int(t) for t in arr[start : start + k]]
-        return []
+        return self.continuation(history, (), k)
 
     def propose(self, history: Sequence[int], k: int) -> Proposal:
         return self.proposal_from(self.candidates(history, k))
 
     def proposal_from(self, tokens: Sequence[int]) -> Proposal:
         """Candidates as a proposal: each drawn from a one-hot q (the lookup is deterministic)."""
-        qs: list[Dist | None] = [
-            Dist(np.array([t], dtype=np.int64), np.ones(1), self.n_vocab) for t in tokens
-        ]
-        return Proposal(list(tokens), qs)
+        return Proposal(list(tokens), [self.one_hot(t) for t in tokens])
+
+    def one_hot(self, token: int) -> Dist:
+        return Dist(np.array([token], dtype=np.int64), np.ones(1), self.n_vocab)
 
     def rollback(self, keep: int) -> None:
         pass  # nothing cached

@@ -47,6 +47,12 @@ class RoundEvent:
     verify_s: float
     k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
     drafter: str = ""  # who drafted: "model", "lookup", or "" (a plain target step)
+    # Tokens the draft model decoded in this round's first batch: 1 normally, 2 after a fully
+    # accepted round, more after rounds it sat out (prompt lookup drafted); 0 if it did not run.
+    caught_up: int = 0
+    # Of the drafted tokens, how many prompt lookup proposed: all of a lookup round's; in an
+    # auto round the draft model's tokens may be followed by a lookup continuation.
+    looked_up: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the previous pair is loaded again, so a bad choice never leaves the app without 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable
 from functools import partial
@@ -28,6 +29,8 @@ from app.ui.session import LoadedPair, PairRef
 from app.ui.settings import Settings, load_settings, save_settings
 from app.ui.speed import SpeedReference, SpeedStore, calibrate
 from app.ui.storage import AppDirs, read_json, write_json
+
+GIL_SWITCH_S = 0.0005
 
 
 class TandemApp(App[None]):
@@ -65,6 +68,10 @@ class TandemApp(App[None]):
 
     # ------------------------------------------------------------------ start
     async def on_mount(self) -> None:
+        # The engine thread needs the GIL back each time a llama.cpp call returns; while the
+        # UI thread holds it (drawing), Python hands it over only after the switch interval
+        # (5 ms by default), and all of llama.cpp's threads wait for the engine thread.
+        sys.setswitchinterval(GIL_SWITCH_S)
         await self.push_screen(self.chat)
         for note in self._settings_notes:
             self.notify(note, severity="warning", timeout=10, markup=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens
+from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens, model_pays
 
 
 def costs(draft_ms: float, verify_ms: dict[int, float]) -> CostModel:
@@ -91,3 +91,11 @@ def test_catchup_debt_makes_drafting_less_attractive() -> None:
     _, rate_free = policy.plan(100)
     _, rate_debt = policy.plan(100, debt_per_token=0.02)
     assert rate_debt < rate_free
+
+
+def test_model_pays_unless_lookup_supplies_most_of_the_text() -> None:
+    # plain step 25 ms, the model 20 ms per token, catch-up 6 ms per looked-up token
+    assert model_pays(0.0, 0.025, 0.020, 0.006)
+    assert model_pays(0.3, 0.025, 0.020, 0.006)  # 0.7 * 5 > 0.3 * 6
+    assert not model_pays(0.6, 0.025, 0.020, 0.006)  # 0.4 * 5 < 0.6 * 6
+    assert not model_pays(0.0, 0.025, 0.030, 0.006)  # the model is slower than plain steps

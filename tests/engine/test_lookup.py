@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 from run_helpers import run
 from scipy.stats import chisquare
 
@@ -31,6 +32,37 @@ def test_candidates_continue_the_latest_longest_match() -> None:
     assert lk.candidates([1, 2, 3, 4], 3) == []  # no earlier occurrence
     assert lk.candidates([1, 2, 1, 2], 5) == [1, 2]  # runs up to the end of the history
     assert lk.candidates([1], 3) == []
+
+
+def _brute_force(history: list[int], k: int, n_max: int = 4, n_min: int = 2) -> list[int]:
+    for n in range(min(n_max, len(history) - 1), n_min - 1, -1):
+        pattern = history[-n:]
+        starts = [i for i in range(len(history) - n) if history[i : i + n] == pattern]
+        if starts:
+            return history[starts[-1] + n : starts[-1] + n + k]
+    return []
+
+
+def test_the_ngram_index_agrees_with_a_plain_search_as_the_history_grows() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        lk = LookupDrafter(100)
+        history: list[int] = []
+        for tok in rng.integers(0, 6, size=120).tolist():  # a small vocabulary repeats a lot
+            history.append(tok)
+            assert lk.candidates(history, 5) == _brute_force(history, 5)
+        # A different history (a new generation) rebuilds the index.
+        other = rng.integers(0, 6, size=50).tolist()
+        assert lk.candidates(other, 5) == _brute_force(other, 5)
+
+
+def test_continuation_of_history_plus_drafts() -> None:
+    lk = LookupDrafter(100, ngram_max=3, ngram_min=2)
+    history = [1, 2, 3, 4, 5, 6, 7, 9, 9]
+    # The drafts [1, 2] end with the n-gram that began the history: continue from there.
+    assert lk.continuation(history, [1, 2], 3) == [3, 4, 5]
+    assert lk.continuation(history, [5, 6], 2) == [7, 9]
+    assert lk.continuation(history, [8, 8], 2) == []
 
 
 def test_lookup_proposals_are_one_hot() -> None:
@@ -90,8 +122,10 @@ def test_caches_consistent_after_mixed_drafters(smollm2_pair: ModelPair, smollm2
     assert "lookup" in kinds
 
 
-def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair) -> None:
-    """Rejection sampling with lookup's one-hot q: the joint law of 3 tokens is the target's."""
+@pytest.mark.parametrize("drafter", ["lookup", "auto"])
+def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair, drafter: str) -> None:
+    """Rejection sampling with lookup's one-hot q: the joint law of 3 tokens is the target's.
+    With auto, rounds mix both proposals (draft-model tokens, then a lookup tail)."""
     settings = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
     prompt = sampling_pair.raw_prompt("one two three four one two three four one two three four one two")
     target = sampling_pair.target
@@ -108,7 +142,7 @@ def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair) -
                 nxt[(*seq, tok)] = prob * p
         joint = nxt
     counts: Counter[tuple[int, ...]] = Counter()
-    lookup_rounds = 0
+    lookup_rounds = hybrid_rounds = 0
     n = 4000
     for seed in range(n):
         r = run(
@@ -119,16 +153,47 @@ def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair) -
             temperature=1.0,
             top_k=4,
             seed=seed,
-            drafter="lookup",
+            drafter=drafter,
         )
         counts[tuple(r.ids)] += 1
         lookup_rounds += r.stats.lookup_rounds
-    assert lookup_rounds > n // 2  # the repeated pattern really gives lookup something to draft
+        hybrid_rounds += sum(1 for ev in r.rounds if ev.drafter == "model" and ev.looked_up)
+    # The repeated pattern really gives lookup something to draft (auto: both kinds of round).
+    assert lookup_rounds + hybrid_rounds > n // 2
+    if drafter == "auto":
+        assert hybrid_rounds > 0  # mixed proposals were verified too
     assert set(counts) <= set(joint)
     cells = [c for c in joint if joint[c] * n >= 5]
     rest = [c for c in joint if joint[c] * n < 5]
     observed = [counts[c] for c in cells] + [sum(counts[c] for c in rest)]
     expected = [joint[c] * n for c in cells] + [sum(joint[c] for c in rest) * n]
     p_value = chisquare(observed, expected).pvalue
-    print(f"\nlookup drafting, chi-square p-value: {p_value:.3f}")
+    print(f"\n{drafter} drafting, {hybrid_rounds} hybrid rounds, chi-square p-value: {p_value:.3f}")
     assert p_value > 1e-3
+
+
+def test_round_accounting_catch_up_and_hybrid_tails(smollm2_pair: ModelPair) -> None:
+    """Each model round's catch-up is exactly what the draft model had not seen (1, 2 after a
+    fully accepted round, more after lookup rounds), and auto rounds may end with lookup
+    tokens: the output stays the target's."""
+    prompt = smollm2_pair.chat_prompt([ChatMessage("user", SUMMARY)])
+    base = run(smollm2_pair, prompt, speculative=False, max_tokens=96)
+    for drafter in ("model", "auto"):
+        r = run(smollm2_pair, prompt, max_tokens=96, draft_max=8, adaptive=True, drafter=drafter)
+        assert r.ids == base.ids
+        behind = 1  # prefill leaves the prompt's last token for round one
+        for ev in r.rounds:
+            if ev.drafter == "model":
+                assert ev.caught_up == behind
+                own = ev.drafted - ev.looked_up  # the draft model decodes all its tokens but the last
+                behind = ev.accepted + 1 - min(ev.accepted, own - 1)
+            else:
+                assert ev.caught_up == 0
+                behind += ev.accepted + 1
+        if drafter == "model":
+            assert all(ev.looked_up == 0 for ev in r.rounds)
+            pairs = zip(r.rounds, r.rounds[1:], strict=False)
+            assert all(b.caught_up in (1, 2) for a, b in pairs if a.drafter == b.drafter == "model")
+        else:
+            assert any(ev.drafter == "model" and ev.looked_up for ev in r.rounds)  # hybrid rounds
+            assert all(ev.drafted <= 8 for ev in r.rounds)  # a lookup tail never exceeds K

@@ -50,20 +50,12 @@ filename = "tiny-a-draft.gguf"
 
 
 @pytest.fixture(autouse=True)
-def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No test reads the real Hugging Face cache, LM Studio or Ollama folders, token or network."""
-    home = tmp_path / "home"
-    home.mkdir()
-    cache = tmp_path / "hf-cache"
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # tests that download point HF_ENDPOINT at a fake hub
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("TANDEM_MEMORY", "24G")  # fit verdicts must not depend on what is free now
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TANDEM_CATALOG", "OLLAMA_MODELS"):
-        monkeypatch.delenv(var, raising=False)
-    return cache
+def ui_env(hf_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every app test runs in the clean environment (tests/conftest.py's hf_env), offline unless
+    it starts a fake hub, with a fixed memory size so fit verdicts do not depend on what is free."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TANDEM_MEMORY", "24G")
+    return hf_env
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from textual.pilot import Pilot
 from textual.widgets import Input, Markdown
-from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
+from ui_helpers import FIXED, run_app, send, start_sending, wait_for, wait_ready
 
 from app.engine import Origin
 from app.ui.app import TandemApp
@@ -83,9 +83,7 @@ def test_escape_stops_at_once_and_keeps_the_text(
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
         chat = app.chat
-        chat.query_one("#prompt").focus()
-        await pilot.press(*"Write a long story about a lighthouse keeper.")
-        await pilot.press("enter")
+        await start_sending(pilot, "Write a long story about a lighthouse keeper.")
         await wait_for(pilot, lambda: chat.answer is not None and len(chat.answer.text) > 20, 60, "tokens")
         await pilot.press("escape")
         await wait_for(pilot, lambda: chat.job is None, 10, "stop")
@@ -111,9 +109,7 @@ def test_quitting_mid_answer_saves_what_was_written_and_exits_cleanly(
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
         chat = app.chat
-        chat.query_one("#prompt").focus()
-        await pilot.press(*"Write a long story about a lighthouse keeper.")
-        await pilot.press("enter")
+        await start_sending(pilot, "Write a long story about a lighthouse keeper.")
         await wait_for(pilot, lambda: chat.answer is not None and len(chat.answer.text) > 20, 60, "tokens")
         assert chat.answer is not None
         seen["shown"] = chat.answer.text

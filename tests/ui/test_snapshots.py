@@ -156,6 +156,8 @@ def test_demo(snap_compare: Snap, dirs: AppDirs, smollm2_ref: PairRef) -> None:
         base, spec = demo.query_one("#baseline", DemoPane), demo.query_one("#speculative", DemoPane)
         base.text.append([(answer.content, Origin.TARGET)])
         spec.text.append(answer.pieces())
+        base.text.stream_done()  # both runs have finished
+        spec.text.stream_done()
         base.show_speed(46.9, "134 tokens")
         spec.show_speed(57.9, "134 tokens · 91% accepted · 10.85 tok/pass")
         ids = list(range(134))

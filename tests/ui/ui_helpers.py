@@ -38,15 +38,22 @@ async def wait_ready(pilot: Pilot[None], timeout: float = 60.0) -> TandemApp:
     return app
 
 
+async def start_sending(pilot: Pilot[None], text: str) -> None:
+    """Type a message in the chat's prompt and press Enter; returns as the answer starts."""
+    app = pilot.app
+    assert isinstance(app, TandemApp)
+    app.chat.query_one("#prompt").focus()
+    await pilot.press(*text)
+    await pilot.press("enter")
+
+
 async def send(pilot: Pilot[None], text: str, timeout: float = 60.0) -> None:
     """Type a message, press Enter, wait for the whole answer."""
     app = pilot.app
     assert isinstance(app, TandemApp)
     chat = app.chat
-    chat.query_one("#prompt").focus()
     n = len(chat.conv.turns)
-    await pilot.press(*text)
-    await pilot.press("enter")
+    await start_sending(pilot, text)
     await wait_for(
         pilot, lambda: chat._failed or (chat.job is None and len(chat.conv.turns) >= n + 2), timeout, "answer"
     )

@@ -5,7 +5,7 @@ both KV caches and reuses their longest common prefix, so only the new turn is p
 panel shows how many tokens that was).
 
 Generation runs in a thread worker (`GenerationJob`); its events wait in a buffer that this
-screen drains at most `FRAME_S` apart (screens/streaming.py), so a fast engine produces one
+screen drains at most once a frame (screens/streaming.py), so a fast engine produces one
 screen update per frame however many tokens it made, and appending never re-renders the
 earlier text.
 """
@@ -22,20 +22,19 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import Footer, Header, Input, Static
 
-from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
+from app.engine import DoneEvent
 from app.ui.conversations import Conversation, Turn, encode_spans
-from app.ui.screens.streaming import StreamingScreen
+from app.ui.screens.streaming import StreamingScreen, take_events
 from app.ui.session import FittingChatPrompt, GenerationJob, JobFailed, LiveStats, stats_summary
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
-from app.ui.widgets.token_text import Piece
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
 
-# The numbers are redrawn at most every STATS_S while streaming (tokens: every FRAME_S,
+# The numbers are redrawn at most every STATS_S while streaming (tokens: once a frame,
 # screens/streaming.py); far below what the eye needs, and cheap for the engine's CPU.
-STATS_S = 0.25
+STATS_S = 0.5
 NARROW_BELOW = 100  # columns: below this the numbers go in a bar under the chat
 
 
@@ -240,7 +239,7 @@ class ChatScreen(StreamingScreen):
 
     # ------------------------------------------------------------------ streaming
     def show_events(self, job: GenerationJob) -> None:
-        pieces, done, failed = self._take_events(job)
+        pieces, done, failed = take_events(job, self.live)
         log = self.log_view
         follow = log.near_end
         if pieces and self.answer is not None:
@@ -253,25 +252,6 @@ class ChatScreen(StreamingScreen):
             self.update_stats()
         if follow:
             log.follow()
-
-    def _take_events(self, job: GenerationJob) -> tuple[list[Piece], DoneEvent | None, JobFailed | None]:
-        """Empty the job's buffer: the new text pieces, the end (if reached) or the failure;
-        the numbers go to the live stats as they are met."""
-        pieces: list[Piece] = []
-        done: DoneEvent | None = None
-        failed: JobFailed | None = None
-        for t, ev in job.buffer.drain():
-            if isinstance(ev, TokenEvent):
-                if ev.text:
-                    pieces.append((ev.text, ev.origin))
-            elif isinstance(ev, (RoundEvent, PrefillEvent)):
-                self.live.feed(t, ev)
-            elif isinstance(ev, DoneEvent):
-                self.live.feed(t, ev)
-                done = ev
-            elif isinstance(ev, JobFailed):
-                failed = ev
-        return pieces, done, failed
 
     def _finish(self, done: DoneEvent) -> None:
         answer = self.answer
@@ -322,7 +302,7 @@ class ChatScreen(StreamingScreen):
         job, answer = self.job, self.answer
         if job is None:
             return
-        new_pieces, done, _ = self._take_events(job)
+        new_pieces, done, _ = take_events(job, self.live)
         pieces = (list(answer.tokens.pieces) if answer is not None else []) + new_pieces
         self.job = None
         self.answer = None

@@ -18,11 +18,12 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Input, Static
 
-from app.engine import ChatMessage, DoneEvent, GenerationStats, PrefillEvent, RoundEvent, TokenEvent
-from app.ui.screens.streaming import StreamingScreen
-from app.ui.session import GenerationJob, JobFailed, LiveStats, chat_prompt_tokens
+from app.engine import ChatMessage, GenerationStats
+from app.ui.screens.streaming import StreamingScreen, take_events
+from app.ui.session import GenerationJob, LiveStats, chat_prompt_tokens
 from app.ui.speed import measured
-from app.ui.widgets.token_text import Piece, TokenText
+from app.ui.widgets.chat_log import STREAM_HEADROOM
+from app.ui.widgets.token_text import TokenText
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
@@ -55,7 +56,7 @@ class DemoPane(Vertical):
         self.border_title = title
         self.colour = colour  # the target alone: every token is its own, nothing to colour
         self.speed = Static("waiting", classes="pane-speed", markup=False)
-        self.text = TokenText(colour=colour)
+        self.text = TokenText(colour=colour, headroom=STREAM_HEADROOM)
         self.scroll = VerticalScroll()
         self.ids: list[int] = []
         self.live = LiveStats()
@@ -69,7 +70,7 @@ class DemoPane(Vertical):
         self.ids = []
         self.live = LiveStats()
         self.text.remove()
-        self.text = TokenText(colour=self.colour)
+        self.text = TokenText(colour=self.colour, headroom=STREAM_HEADROOM)
         self.scroll.mount(self.text)
         self.speed.update("waiting")
 
@@ -173,21 +174,7 @@ class DemoScreen(StreamingScreen):
 
     def show_events(self, job: GenerationJob) -> None:
         pane = self.pane(self.stage)
-        pieces: list[Piece] = []
-        done: DoneEvent | None = None
-        failed: JobFailed | None = None
-        for t, ev in job.buffer.drain():
-            if isinstance(ev, TokenEvent):
-                pane.ids.append(ev.id)
-                if ev.text:
-                    pieces.append((ev.text, ev.origin))
-            elif isinstance(ev, (RoundEvent, PrefillEvent)):
-                pane.live.feed(t, ev)
-            elif isinstance(ev, DoneEvent):
-                pane.live.feed(t, ev)
-                done = ev
-            elif isinstance(ev, JobFailed):
-                failed = ev
+        pieces, done, failed = take_events(job, pane.live, pane.ids)
         if pieces:
             pane.text.append(pieces)
             pane.scroll.scroll_end(animate=False, immediate=False)
@@ -196,6 +183,7 @@ class DemoScreen(StreamingScreen):
             pane.show_speed(live.tokens_per_s, f"{live.generated} tokens")
         if failed is not None:
             self.job = None
+            pane.text.stream_done()
             pane.remove_class("-running")
             self._verdict(f"Could not run: {failed.message}")
             self.notify(failed.message, severity="error", markup=False)
@@ -204,6 +192,7 @@ class DemoScreen(StreamingScreen):
 
     def _stage_done(self, pane: DemoPane, stats: GenerationStats) -> None:
         self.job = None
+        pane.text.stream_done()
         pane.remove_class("-running")
         self.results[self.stage] = stats
         note = f"{stats.generated} tokens"

@@ -1,7 +1,7 @@
 """The part of a screen that streams an engine job: wake on new events, draw once per frame.
 
 The engine thread appends events to the job's buffer and posts a `StreamWake` when the buffer
-goes from empty to non-empty; the screen drains the buffer at most `FRAME_S` apart, so a fast
+goes from empty to non-empty; the screen drains the buffer at most once a frame, so a fast
 engine causes one screen update per frame however many tokens it made. The chat and the demo
 both stream this way; each says what draining means for it.
 """
@@ -12,12 +12,14 @@ import time
 
 from textual.screen import Screen
 
+from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
 from app.ui.messages import StreamWake
-from app.ui.session import GenerationJob
+from app.ui.session import GenerationJob, JobFailed, LiveStats
+from app.ui.widgets.token_text import Piece
 
-# Far below what the eye needs, and it keeps the UI's CPU use away from the engine's threads
-# (on a 2-core machine every millisecond the UI spends is one the engine waits for).
-FRAME_S = 1 / 15
+# Far below what the eye needs (the engine emits a burst of tokens per round anyway), and each
+# frame is CPU the UI takes from the engine's threads on a small machine.
+FRAME_S = 1 / 10
 
 
 class StreamingScreen(Screen[None]):
@@ -50,3 +52,27 @@ class StreamingScreen(Screen[None]):
 
     def show_events(self, job: GenerationJob) -> None:
         raise NotImplementedError
+
+
+def take_events(
+    job: GenerationJob, live: LiveStats, ids: list[int] | None = None
+) -> tuple[list[Piece], DoneEvent | None, JobFailed | None]:
+    """Empty the job's buffer: the new text pieces, the end (if reached) or the failure. The
+    numbers go to `live` as they are met, and token ids to `ids` when given."""
+    pieces: list[Piece] = []
+    done: DoneEvent | None = None
+    failed: JobFailed | None = None
+    for t, ev in job.buffer.drain():
+        if isinstance(ev, TokenEvent):
+            if ids is not None:
+                ids.append(ev.id)
+            if ev.text:
+                pieces.append((ev.text, ev.origin))
+        elif isinstance(ev, (RoundEvent, PrefillEvent)):
+            live.feed(t, ev)
+        elif isinstance(ev, DoneEvent):
+            live.feed(t, ev)
+            done = ev
+        elif isinstance(ev, JobFailed):
+            failed = ev
+    return pieces, done, failed

@@ -58,6 +58,10 @@ def answer_footer(stats: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+# Lines an answer's height grows by while it streams (see TokenText.headroom).
+STREAM_HEADROOM = 6
+
+
 class AnswerView(Vertical):
     """One answer: coloured tokens while streaming (and when colours are on); rendered as
     Markdown once finished when colours are off, for plain reading."""
@@ -77,7 +81,7 @@ class AnswerView(Vertical):
 
     def __init__(self, pieces: Iterable[Piece] = (), *, colour: bool = True, finished: bool = False) -> None:
         super().__init__()
-        self.tokens = TokenText(pieces, colour=colour)
+        self.tokens = TokenText(pieces, colour=colour, headroom=1 if finished else STREAM_HEADROOM)
         self.footer = Static("", classes="answer-footer", markup=False)
         self.footer.display = False
         self.colour = colour
@@ -101,6 +105,7 @@ class AnswerView(Vertical):
 
     def finish(self, stats: dict[str, Any]) -> None:
         self.finished = True
+        self.tokens.stream_done()
         self.remove_class("-streaming")
         line = answer_footer(stats)
         self.footer.update(line)

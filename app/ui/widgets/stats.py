@@ -172,6 +172,7 @@ class StatsPanel(Vertical):
         super().__init__()
         self.view = StatsView()
         self._numbers = Static("", id="numbers", markup=False)
+        self._height = -1  # the numbers' wrapped height as last shown
         self._chart = Sparkline([], summary_function=max)
         self._caption = Static("tokens per target pass, per round", id="chart-caption", markup=False)
 
@@ -186,12 +187,21 @@ class StatsPanel(Vertical):
     def show(self, view: StatsView) -> None:
         self.view = view
         narrow = self.has_class("-narrow")
-        self._numbers.update(render_narrow(view) if narrow else render_wide(view))
+        self._show_numbers(render_narrow(view) if narrow else render_wide(view))
         recent = view.per_round[-SPARK_POINTS:]
         # Padded to a fixed length so that one round is always the same width, like a live
         # chart; nothing is drawn before the first round.
         self._chart.data = [0.0] * (SPARK_POINTS - len(recent)) + recent
         self._chart.display = bool(recent)
+
+    def _show_numbers(self, text: Text) -> None:
+        # A layout pass costs far more than a repaint, and the numbers change several times a
+        # second while the engine is decoding on the same CPU: lay out again only when the
+        # wrapped text's height changed.
+        width = self._numbers.content_size.width
+        height = len(text.wrap(self.app.console, width)) if width > 0 else -1
+        self._numbers.update(text, layout=height != self._height or height < 0)
+        self._height = height
 
     def set_narrow(self, narrow: bool) -> None:
         if narrow != self.has_class("-narrow"):

@@ -42,9 +42,15 @@ class TokenText(Widget):
     }
     """
 
-    def __init__(self, pieces: Iterable[Piece] = (), *, colour: bool = True, id: str | None = None) -> None:
+    def __init__(
+        self, pieces: Iterable[Piece] = (), *, colour: bool = True, id: str | None = None, headroom: int = 1
+    ) -> None:
         super().__init__(id=id)
         self.colour = colour
+        # While streaming, the height grows `headroom` lines at a time: each growth costs the
+        # whole screen a layout pass, far more than repainting a line, and on a small machine
+        # that CPU is taken from the engine. stream_done() gives the blank lines back.
+        self.headroom = headroom
         self._lines: list[list[Piece]] = [[]]  # logical lines; the last one is still open
         self._in_code: list[bool] = [False]  # whether each logical line is inside a code fence
         self._width = 0  # the width the strips were wrapped at
@@ -69,7 +75,8 @@ class TokenText(Widget):
 
     def append(self, pieces: Iterable[Piece]) -> None:
         """Add text at the end; only the open line and any lines it closes are wrapped."""
-        before = len(self._strips) + len(self._tail)
+        before = self._height()
+        first_changed = len(self._strips)
         closed_from = len(self._lines) - 1
         added = False
         for text, origin in pieces:
@@ -90,13 +97,24 @@ class TokenText(Widget):
             for i in range(closed_from, len(self._lines) - 1):
                 self._strips.extend(self._wrap(i))
             self._tail = self._wrap(len(self._lines) - 1)
-        after = len(self._strips) + len(self._tail)
+        after = self._height()
         if after != before:
             self.refresh(layout=True)
         elif self._width:
-            # Same height: only the last line(s) changed.
-            start = len(self._strips)
-            self.refresh(Region(0, start, self._width, len(self._tail)))
+            # Same height: only the lines from the previously open one on changed.
+            self.refresh(Region(0, first_changed, self._width, after - first_changed))
+
+    def stream_done(self) -> None:
+        """The text is complete: drop the headroom (blank lines kept for growth)."""
+        if self.headroom != 1:
+            self.headroom = 1
+            self.refresh(layout=True)
+
+    def _height(self) -> int:
+        n = len(self._strips) + len(self._tail)
+        if not self._chars:
+            return 0
+        return -(-n // self.headroom) * self.headroom  # n rounded up to whole headroom steps
 
     def _close_line(self) -> None:
         line = "".join(t for t, _ in self._lines[-1]).strip()
@@ -147,8 +165,7 @@ class TokenText(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._width:
             self._rewrap(width)
-        n = len(self._strips) + len(self._tail)
-        return n if self._chars else 0
+        return self._height()
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
