@@ -351,7 +351,6 @@ class _SpeculativeStep:
     def __call__(self, history: list[int], budget: int) -> _Round | None:
         kind, k, candidates, lookup_k = self._choose(history, budget)
         t0 = time.perf_counter()
-        caught_up = 0
         if kind == "model" and self.model is not None:
             extend = None
             if self.lookup is not None and lookup_k:
@@ -364,7 +363,6 @@ class _SpeculativeStep:
                     return lookup.proposal_from(lookup.continuation(history, drafts, room))
 
             proposal = self.model.propose(history, k, extend)
-            caught_up = self.model.caught_up if k else 0
         else:
             assert self.lookup is not None
             proposal = self.lookup.proposal_from(candidates[:k])
@@ -387,17 +385,17 @@ class _SpeculativeStep:
         elif self.model is not None:
             self.model.learn_costs = True
         self.rounds_done += 1
+        own = len(drafts) - proposal.looked_up  # the draft model's tokens (a lookup round: 0)
         if k:
-            own = len(drafts) - proposal.looked_up if kind == "model" else len(drafts)
-            self.policies[kind].observe(own, min(n_acc, own))
-            if kind == "model" and proposal.looked_up and n_acc >= own:
+            if kind == "model":
+                self.policies["model"].observe(own, min(n_acc, own))
+            if proposal.looked_up and n_acc >= own:
                 self.policies["lookup"].observe(proposal.looked_up, n_acc - own)
         else:
             for policy in self.policies.values():  # no evidence this round: let α relax
                 policy.observe(0, 0)
         tokens = [*drafts[:n_acc], nxt]
-        from_lookup = n_acc if kind == "lookup" else max(0, n_acc - (len(drafts) - proposal.looked_up))
-        self.lookup_tokens = self.lookup_tokens * _SHARE_DECAY + from_lookup
+        self.lookup_tokens = self.lookup_tokens * _SHARE_DECAY + max(0, n_acc - own)
         self.all_tokens = self.all_tokens * _SHARE_DECAY + len(tokens)
         origins = [Origin.DRAFT] * n_acc
         origins.append(Origin.BONUS if drafts and n_acc == len(drafts) else Origin.TARGET)
@@ -410,8 +408,8 @@ class _SpeculativeStep:
             t2 - t1,
             k,
             kind if drafts else "",
-            caught_up,
-            len(drafts) if kind == "lookup" else proposal.looked_up,
+            proposal.caught_up,
+            proposal.looked_up,
         )
 
     def _verify(self, logits: np.ndarray, drafts: list[int], qs: list[Dist | None]) -> tuple[int, int]:

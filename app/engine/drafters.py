@@ -34,6 +34,7 @@ class Proposal:
     tokens: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)  # None when greedy
     looked_up: int = 0  # of tokens, how many (at the end) came from prompt lookup
+    caught_up: int = 0  # tokens the draft model decoded in its first (catch-up) batch
 
 
 class ModelDrafter:
@@ -55,7 +56,6 @@ class ModelDrafter:
         self.costs = costs
         self.cancel = cancel
         self.learn_costs = False  # set once the generation's first (cold) round is done
-        self.caught_up = 0  # tokens decoded in the last proposal's first (catch-up) batch
 
     def propose(
         self,
@@ -73,7 +73,7 @@ class ModelDrafter:
         # Catch up in one batch on everything the draft has not seen yet: normally the last
         # token, plus the final draft token after a fully accepted round.
         behind = len(history) - len(model.cached)
-        self.caught_up = behind
+        out.caught_up = behind
         t0 = time.perf_counter()
         logits = model.decode(history[len(model.cached) :], "last")
         t_first = time.perf_counter() - t0
@@ -93,7 +93,7 @@ class ModelDrafter:
                 if more.tokens:
                     out.tokens += more.tokens
                     out.qs += more.qs
-                    out.looked_up = len(more.tokens)
+                    out.looked_up = more.looked_up
                     break
             if j == k - 1:
                 break
@@ -167,10 +167,10 @@ class LookupDrafter:
 
     def proposal_from(self, tokens: Sequence[int]) -> Proposal:
         """Candidates as a proposal: each drawn from a one-hot q (the lookup is deterministic)."""
-        return Proposal(list(tokens), [self.one_hot(t) for t in tokens])
-
-    def one_hot(self, token: int) -> Dist:
-        return Dist(np.array([token], dtype=np.int64), np.ones(1), self.n_vocab)
+        qs: list[Dist | None] = [
+            Dist(np.array([t], dtype=np.int64), np.ones(1), self.n_vocab) for t in tokens
+        ]
+        return Proposal(list(tokens), qs, looked_up=len(tokens))
 
     def rollback(self, keep: int) -> None:
         pass  # nothing cached

@@ -49,15 +49,11 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 4
-
-
 def default_threads() -> int:
-    n = available_cores()
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        n = os.cpu_count() or 4
     # Decoding is memory-bound: past ~8 threads llama.cpp gets no faster, and on SMT machines
     # half the logical CPUs are the physical cores.
     return max(1, min(8, n if n <= 4 else n // 2))
