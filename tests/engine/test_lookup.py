@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from run_helpers import run
-from scipy.stats import chisquare
+from sampling_law import chi_square_p, exact_joint
 
 from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
 from app.engine.drafters import LookupDrafter
-from app.engine.sampling import distribution
 
 SUMMARY = (
     "Summarize this text, quoting its key sentences.\n\nThe Old Mill Bridge was designed by the engineer "
@@ -128,19 +127,7 @@ def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair, d
     With auto, lookup rounds and draft-model rounds alternate within a generation."""
     settings = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
     prompt = sampling_pair.raw_prompt("one two three four one two three four one two three four one two")
-    target = sampling_pair.target
-    joint: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(3):
-        nxt: dict[tuple[int, ...], float] = {}
-        for seq, prob in joint.items():
-            target.reset()
-            logits = target.decode([*prompt, *seq], "last")
-            assert logits is not None
-            d = distribution(logits[0], settings)
-            assert d.ids is not None
-            for tok, p in zip(d.ids.tolist(), d.probs.tolist(), strict=True):
-                nxt[(*seq, tok)] = prob * p
-        joint = nxt
+    joint = exact_joint(sampling_pair, prompt, settings, 3)
     counts: Counter[tuple[int, ...]] = Counter()
     lookup_rounds = hybrid_rounds = model_rounds = 0
     n = 4000
@@ -164,11 +151,7 @@ def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair, d
     if drafter == "auto":
         assert model_rounds > n // 4  # and auto also drafts with the model
     assert set(counts) <= set(joint)
-    cells = [c for c in joint if joint[c] * n >= 5]
-    rest = [c for c in joint if joint[c] * n < 5]
-    observed = [counts[c] for c in cells] + [sum(counts[c] for c in rest)]
-    expected = [joint[c] * n for c in cells] + [sum(joint[c] for c in rest) * n]
-    p_value = chisquare(observed, expected).pvalue
+    p_value = chi_square_p(joint, counts)
     print(f"\n{drafter} drafting, {hybrid_rounds} hybrid rounds, chi-square p-value: {p_value:.3f}")
     assert p_value > 1e-3
 

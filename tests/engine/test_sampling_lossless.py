@@ -19,36 +19,16 @@ from collections import Counter
 import numpy as np
 import pytest
 from run_helpers import run
-from scipy.stats import chisquare
+from sampling_law import chi_square_p, exact_joint
 
 from app.engine import ModelPair, SamplerSettings
 from app.engine import decoding as decoding_module
-from app.engine.sampling import distribution
 
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 N_TOKENS = 3
 PROMPT_TEXT = "Once upon a time"
 N_SAMPLES = 6000
 P_THRESHOLD = 1e-3  # runs are seeded, so each p-value below is the same on every run
-
-
-def exact_joint(pair: ModelPair, prompt: list[int]) -> dict[tuple[int, ...], float]:
-    """P(t1, t2, t3) under the target alone, from its logits along every branch."""
-    target = pair.target
-    joint: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(N_TOKENS):
-        nxt: dict[tuple[int, ...], float] = {}
-        for seq, prob in joint.items():
-            target.reset()
-            logits = target.decode([*prompt, *seq], "last")
-            assert logits is not None
-            dist = distribution(logits[0], SETTINGS)
-            assert dist.ids is not None
-            for tok, p in zip(dist.ids.tolist(), dist.probs.tolist(), strict=True):
-                assert not target.is_eog(tok), "pick a prompt whose continuations never end"
-                nxt[(*seq, tok)] = prob * p
-        joint = nxt
-    return joint
 
 
 def sample_counts(pair: ModelPair, prompt: list[int], n: int, speculative: bool) -> Counter[tuple[int, ...]]:
@@ -69,31 +49,10 @@ def sample_counts(pair: ModelPair, prompt: list[int], n: int, speculative: bool)
     return counts
 
 
-def chi_square_p(joint: dict[tuple[int, ...], float], counts: Counter[tuple[int, ...]]) -> float:
-    n = sum(counts.values())
-    if not set(counts) <= set(joint):
-        return 0.0  # a sequence the target can never produce: certainly not its distribution
-    cells = sorted(joint, key=joint.__getitem__, reverse=True)
-    observed, expected = [], []
-    other_o = other_e = 0.0
-    for c in cells:  # pool cells expected fewer than 5 times, as chi-square requires
-        e = joint[c] * n
-        if e >= 5:
-            observed.append(counts[c])
-            expected.append(e)
-        else:
-            other_o += counts[c]
-            other_e += e
-    if other_e > 0:
-        observed.append(other_o)
-        expected.append(other_e)
-    return float(chisquare(observed, expected).pvalue)
-
-
 @pytest.fixture(scope="module")
 def setup(sampling_pair: ModelPair) -> tuple[list[int], dict[tuple[int, ...], float]]:
     prompt = sampling_pair.raw_prompt(PROMPT_TEXT)
-    joint = exact_joint(sampling_pair, prompt)
+    joint = exact_joint(sampling_pair, prompt, SETTINGS, N_TOKENS)
     assert abs(sum(joint.values()) - 1.0) < 1e-9
     return prompt, joint
 

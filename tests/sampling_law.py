@@ -1,0 +1,53 @@
+"""The exact law of a short continuation under the target alone, and a chi-square test of
+sampled continuations against it: the losslessness tests for every drafter use both."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from scipy.stats import chisquare
+
+from app.engine import ModelPair, SamplerSettings
+from app.engine.sampling import distribution
+
+
+def exact_joint(
+    pair: ModelPair, prompt: list[int], settings: SamplerSettings, n_tokens: int
+) -> dict[tuple[int, ...], float]:
+    """P(t1 .. tn) under the target alone, from its logits along every branch."""
+    target = pair.target
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(n_tokens):
+        nxt: dict[tuple[int, ...], float] = {}
+        for seq, prob in joint.items():
+            target.reset()
+            logits = target.decode([*prompt, *seq], "last")
+            assert logits is not None
+            dist = distribution(logits[0], settings)
+            assert dist.ids is not None
+            for tok, p in zip(dist.ids.tolist(), dist.probs.tolist(), strict=True):
+                assert not target.is_eog(tok), "pick a prompt whose continuations never end"
+                nxt[(*seq, tok)] = prob * p
+        joint = nxt
+    return joint
+
+
+def chi_square_p(joint: dict[tuple[int, ...], float], counts: Counter[tuple[int, ...]]) -> float:
+    n = sum(counts.values())
+    if not set(counts) <= set(joint):
+        return 0.0  # a sequence the target can never produce: certainly not its distribution
+    cells = sorted(joint, key=joint.__getitem__, reverse=True)
+    observed, expected = [], []
+    other_o = other_e = 0.0
+    for c in cells:  # pool cells expected fewer than 5 times, as chi-square requires
+        e = joint[c] * n
+        if e >= 5:
+            observed.append(counts[c])
+            expected.append(e)
+        else:
+            other_o += counts[c]
+            other_e += e
+    if other_e > 0:
+        observed.append(other_o)
+        expected.append(other_e)
+    return float(chisquare(observed, expected).pvalue)
