@@ -9,6 +9,7 @@ the previous pair is loaded again, so a bad choice never leaves the app without 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from app.catalog.units import format_bytes
 from app.engine import ModelPair, TandemError, check_pair, read_gguf
 from app.ui.conversations import Conversation, ConversationStore
 from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured
+from app.ui.priority import WorkerPool, lower_this_thread, ui_nice
 from app.ui.screens.chat import ChatScreen
 from app.ui.screens.picker import PickerScreen
 from app.ui.session import LoadedPair, PairRef
@@ -65,6 +67,7 @@ class TandemApp(App[None]):
         self.speed: SpeedReference | None = None
         self.calibrating = False
         self.chat = ChatScreen()
+        self.ui_lowered = False  # whether the UI thread runs below the engine's priority
 
     # ------------------------------------------------------------------ start
     async def on_mount(self) -> None:
@@ -72,6 +75,10 @@ class TandemApp(App[None]):
         # UI thread holds it (drawing), Python hands it over only after the switch interval
         # (5 ms by default), and all of llama.cpp's threads wait for the engine thread.
         sys.setswitchinterval(GIL_SWITCH_S)
+        # Thread workers (the engine among them) start from a normal-priority launcher, then
+        # the UI thread yields the CPU to them (see priority.py).
+        asyncio.get_running_loop().set_default_executor(WorkerPool())
+        self.ui_lowered = lower_this_thread(ui_nice())
         await self.push_screen(self.chat)
         for note in self._settings_notes:
             self.notify(note, severity="warning", timeout=10, markup=False)

@@ -55,6 +55,9 @@ def ui_env(hf_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     it starts a fake hub, with a fixed memory size so fit verdicts do not depend on what is free."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TANDEM_MEMORY", "24G")
+    # The app lowers its UI thread's priority for good (priority.py); in pytest that thread is
+    # the one every later test runs on. test_priority.py checks the lowering in child processes.
+    monkeypatch.setenv("TANDEM_UI_NICE", "0")
     return hf_env
 
 

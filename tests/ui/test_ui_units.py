@@ -8,13 +8,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from rich.style import Style
 from textual.app import App, ComposeResult
+from textual.strip import Strip
 
 from app.engine import Origin, PrefillEvent, RoundEvent, TokenEvent
 from app.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
 from app.ui.session import EventBuffer, LiveStats, PairRef
 from app.ui.settings import Settings, load_settings, save_settings, settings_toml
 from app.ui.storage import atomic_write_text
+from app.ui.widgets.pass_chart import PassChart
 from app.ui.widgets.token_text import TokenText
 
 
@@ -251,5 +254,31 @@ def test_token_text_keeps_origins_and_code_background() -> None:
                 if s.style and s.style.color and s.style.color.triplet
             }
             assert "#7bd88f" not in plain
+
+    asyncio.run(main())
+
+
+def _cells(strip: Strip) -> list[tuple[str, Style | None]]:
+    return [(ch, seg.style) for seg in strip for ch in seg.text]
+
+
+def test_pass_chart_draws_columns_from_the_bottom_latest_at_the_right() -> None:
+    async def main() -> None:
+        chart = PassChart()
+        async with _Host(chart).run_test(size=(10, 3)) as pilot:
+            chart.set_data([1.0, 2.0, 4.0])
+            await pilot.pause()
+            rows = [chart.render_line(y).text for y in range(3)]
+            # Three rows are 24 eighths and 4 is the top: 6, 12 and 24 eighths, at the right.
+            assert rows == ["         █", "        ▄█", "       ▆██"]
+            # More rounds than columns: the latest ten (i = 15..24: 0 1 2 0 1 2 0 1 2 0).
+            chart.set_data([float(i % 3) for i in range(25)])
+            await pilot.pause()
+            rows = [chart.render_line(y).text for y in range(3)]
+            assert rows == ["  █  █  █ ", " ▄█ ▄█ ▄█ ", " ██ ██ ██ "]
+            # Taller bars are drawn in a deeper colour.
+            cells = _cells(chart.render_line(2))
+            short, tall = cells[1][1], cells[2][1]
+            assert short is not None and tall is not None and short.color != tall.color
 
     asyncio.run(main())

@@ -235,7 +235,13 @@ class ChatScreen(StreamingScreen):
         self.log_view.mount(self.answer)
         self.log_view.follow()
         self.update_stats(force=True)
+        self._quiet_input(True)
         self.run_worker(job.run, thread=True, group="generate", name=f"answer {job.id}")
+
+    def _quiet_input(self, quiet: bool) -> None:
+        # A blinking cursor repaints the screen twice a second; while the engine shares the CPU
+        # with the UI, the prompt's cursor stays solid.
+        self.query_one("#prompt", Input).cursor_blink = not quiet
 
     # ------------------------------------------------------------------ streaming
     def show_events(self, job: GenerationJob) -> None:
@@ -275,12 +281,14 @@ class ChatScreen(StreamingScreen):
         self.job = None
         self.answer = None
         self._pending_user = None
+        self._quiet_input(False)
         self.tandem.save_conversation(self.conv)
         self.update_stats(force=True)
 
     def _fail(self, failed: JobFailed) -> None:
         """The engine refused (context full, no template...): undo the turn, keep the text."""
         self.job = None
+        self._quiet_input(False)
         if self.answer is not None:
             self.answer.remove()
             self.answer = None

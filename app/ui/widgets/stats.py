@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from app.engine import Origin
 from app.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from app.ui.speed import SpeedReference
+from app.ui.widgets.pass_chart import PassChart
 
-SPARK_POINTS = 30  # rounds shown in the chart: the latest at the right, older ones scroll left
+CHART_POINTS = 120  # rounds kept for the chart (it shows as many as fit, the latest at the right)
 
 
 @dataclass
@@ -157,7 +158,7 @@ class StatsPanel(Vertical):
     }
     StatsPanel > #numbers { height: auto; }
     StatsPanel > #chart-caption { color: $text-muted; margin-top: 1; }
-    StatsPanel > Sparkline { height: 3; margin-top: 0; }
+    StatsPanel > PassChart { height: 3; margin-top: 0; }
     StatsPanel.-narrow {
         width: 1fr;
         height: auto;
@@ -165,7 +166,7 @@ class StatsPanel(Vertical):
         border-top: solid $primary 30%;
     }
     StatsPanel.-narrow > #chart-caption { display: none; }
-    StatsPanel.-narrow > Sparkline { height: 1; }
+    StatsPanel.-narrow > PassChart { height: 1; }
     """
 
     def __init__(self) -> None:
@@ -173,7 +174,7 @@ class StatsPanel(Vertical):
         self.view = StatsView()
         self._numbers = Static("", id="numbers", markup=False)
         self._height = -1  # the numbers' wrapped height as last shown
-        self._chart = Sparkline([], summary_function=max)
+        self._chart = PassChart()
         self._caption = Static("tokens per target pass, per round", id="chart-caption", markup=False)
 
     def compose(self) -> ComposeResult:
@@ -188,10 +189,9 @@ class StatsPanel(Vertical):
         self.view = view
         narrow = self.has_class("-narrow")
         self._show_numbers(render_narrow(view) if narrow else render_wide(view))
-        recent = view.per_round[-SPARK_POINTS:]
-        # Padded to a fixed length so that one round is always the same width, like a live
-        # chart; nothing is drawn before the first round.
-        self._chart.data = [0.0] * (SPARK_POINTS - len(recent)) + recent
+        recent = view.per_round[-CHART_POINTS:]
+        # One column per round, the latest at the right; nothing is drawn before the first.
+        self._chart.set_data(recent)
         self._chart.display = bool(recent)
 
     def _show_numbers(self, text: Text) -> None:

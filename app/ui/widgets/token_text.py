@@ -57,6 +57,9 @@ class TokenText(Widget):
         self._strips: list[Strip] = []  # wrapped strips of the closed lines
         self._tail: list[Strip] = []  # wrapped strips of the open line
         self._chars = 0
+        # The widget's Rich style walks every ancestor's CSS; on a small machine that walk was
+        # most of the cost of drawing a streamed line, so it is kept until the styles change.
+        self._style: Style | None = None
         self.append(pieces)
 
     # ------------------------------------------------------------------ content
@@ -171,7 +174,9 @@ class TokenText(Widget):
         width = self.size.width
         if width != self._width:
             self._rewrap(width)
-        style = self.rich_style
+        style = self._style
+        if style is None:
+            style = self._style = self.rich_style
         if y < len(self._strips):
             strip = self._strips[y]
         elif y - len(self._strips) < len(self._tail):
@@ -179,6 +184,10 @@ class TokenText(Widget):
         else:
             return Strip.blank(width, style)
         return strip.apply_style(style).crop_extend(0, width, style)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._style = None
 
     def on_resize(self) -> None:
         if self.size.width != self._width:
