@@ -38,10 +38,6 @@ class PassChart(Widget):
         self._rows: list[Strip] = []
         self._built_for: tuple[int, int] = (-1, -1)  # (width, height) the rows were built at
 
-    @property
-    def data(self) -> list[float]:
-        return list(self._data)
-
     def set_data(self, data: Sequence[float]) -> None:
         data = [max(0.0, float(v)) for v in data]
         if data != self._data:
@@ -49,9 +45,8 @@ class PassChart(Widget):
             self._built_for = (-1, -1)
             self.refresh()
 
-    def _styles(self) -> list[Style]:
+    def _styles(self, base: Style) -> list[Style]:
         """Foreground styles from the low to the high colour, on the widget's background."""
-        base = self.rich_style
         low = self.get_component_styles("pass-chart--low").color
         high = self.get_component_styles("pass-chart--high").color
         background = Color.from_rich_color(base.bgcolor) if base.bgcolor else Color(0, 0, 0)
@@ -67,7 +62,7 @@ class PassChart(Widget):
         values = self._data[-width:] if width > 0 else []
         pad = width - len(values)
         top = max(values, default=0.0)
-        styles = self._styles()
+        styles = self._styles(blank)
         # Each column's height in eighths of a row, over `height` rows.
         eighths = [round(v / top * 8 * height) if top > 0 else 0 for v in values]
         levels = [min(_LEVELS - 1, int(v / top * (_LEVELS - 1) + 0.5)) if top > 0 else 0 for v in values]
