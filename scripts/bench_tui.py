@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import statistics
 import subprocess
 import sys
@@ -109,14 +108,6 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(result))
 
 
-def bootstrap_median(ratios: list[float], resamples: int = 4000) -> tuple[float, float]:
-    """A 95% interval for the median ratio, resampling the run pairs: single runs on a shared
-    2-core machine vary by +-10%, so the interval says how far the median can be trusted."""
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", type=Path)
@@ -156,7 +147,10 @@ def main() -> int:
         r["tokens_per_s_cli"] for r in rows
     )
     med = statistics.median(ratios)
-    low, high = bootstrap_median(ratios)
+    sys.path.insert(0, str(ROOT))
+    from app.bench.interval import bootstrap_median
+
+    low, high = bootstrap_median([ratios], resamples=4000)
     print(
         f"TUI / CLI decode tokens/s: median {med:.3f} (95% bootstrap interval {low:.3f}-{high:.3f}), "
         f"aggregate {agg:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} alternating pairs)"

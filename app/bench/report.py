@@ -17,6 +17,7 @@ from typing import Any
 
 from app.engine.costs import MeasuredCosts
 
+from .interval import bootstrap_median
 from .prompts import BenchPrompt
 from .runner import BASELINE, RunRecord
 from .settings import BenchSetting
@@ -122,12 +123,42 @@ def build_report(
     for group in [*report["categories"].values(), report["overall"]]:
         for stats in group.values():
             stats["identical_output"] = stats["identical_output"] if greedy else None
-    report["adaptive_vs_best_fixed"] = _adaptive_vs_fixed(report, settings)
+    cat_prompts = {cat: {i for i, p in enumerate(prompts) if p.category == cat} for cat in categories}
+    cat_prompts["overall"] = set(range(len(prompts)))
+    report["adaptive_vs_best_fixed"] = _adaptive_vs_fixed(report, settings, records, cat_prompts)
     return report
 
 
-def _adaptive_vs_fixed(report: dict[str, Any], settings: Sequence[BenchSetting]) -> dict[str, Any]:
-    """Per category: the best fixed-K setting in hindsight, and each adaptive one against it."""
+def _paired(records: Sequence[RunRecord], a: str, b: str, prompts: set[int]) -> list[list[float]]:
+    """Per prompt, per run: a's decode tokens/s over b's in the same round (the two ran one
+    after the other, so slow drift of the machine cancels out)."""
+    tps = {(r.prompt, r.run, r.setting): r.stats.decode_tokens_per_s for r in records}
+    out: list[list[float]] = []
+    for i in sorted(prompts):
+        runs = sorted({r.run for r in records if r.prompt == i})
+        mine = [
+            tps[(i, run, a)] / tps[(i, run, b)]
+            for run in runs
+            if tps.get((i, run, a), 0.0) > 0 and tps.get((i, run, b), 0.0) > 0
+        ]
+        if mine:
+            out.append(mine)
+    return out
+
+
+def _adaptive_vs_fixed(
+    report: dict[str, Any],
+    settings: Sequence[BenchSetting],
+    records: Sequence[RunRecord],
+    cat_prompts: dict[str, set[int]],
+) -> dict[str, Any]:
+    """Per category: the best fixed-K setting in hindsight, and each adaptive one against it.
+
+    Two views: the ratio of the two settings' speedups, and the median of paired ratios (the
+    adaptive run over the fixed-K run of the same round) with a 95% bootstrap interval. Picking
+    the best of several noisy fixed-K results favours the fixed side; the interval shows how
+    much of a gap the noise alone can explain.
+    """
     fixed = [s.name for s in settings if not s.config.adaptive]
     adaptive = [s.name for s in settings if s.config.adaptive]
     if not fixed or not adaptive:
@@ -135,6 +166,17 @@ def _adaptive_vs_fixed(report: dict[str, Any], settings: Sequence[BenchSetting])
     out: dict[str, Any] = {}
     for cat, group in {**report["categories"], "overall": report["overall"]}.items():
         best = max(fixed, key=lambda n: group[n]["speedup"])
+        paired: dict[str, Any] = {}
+        for n in adaptive:
+            groups = _paired(records, n, best, cat_prompts[cat])
+            values = [x for g in groups for x in g]
+            low, high = bootstrap_median(groups)
+            paired[n] = {
+                "median": statistics.median(values) if values else 0.0,
+                "low": low,
+                "high": high,
+                "runs": len(values),
+            }
         out[cat] = {
             "best_fixed": best,
             "best_fixed_speedup": group[best]["speedup"],
@@ -142,5 +184,6 @@ def _adaptive_vs_fixed(report: dict[str, Any], settings: Sequence[BenchSetting])
                 n: group[n]["speedup"] / group[best]["speedup"] if group[best]["speedup"] else 0.0
                 for n in adaptive
             },
+            "paired": paired,
         }
     return out

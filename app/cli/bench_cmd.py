@@ -31,7 +31,7 @@ from app.cli.options import (
 from app.cli.process import peak_rss_bytes
 from app.cli.run_cmd import build_prompt
 from app.engine import ModelPair, TandemError
-from app.engine.costs import measure_costs
+from app.engine.costs import mean_costs, measure_costs
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,7 +89,8 @@ def bench(args: argparse.Namespace) -> int:
         k_top = max(s.config.draft_max for s in settings)
         flat = [t for e in encoded for t in e]
         context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
-        costs = measure_costs(pair.target, pair.draft, context, range(2, k_top + 2))
+        sizes = range(2, k_top + 2)
+        costs = measure_costs(pair.target, pair.draft, context, sizes)
         c = f"{costs.c:.2f}" if costs.c is not None else "n/a (no draft model)"
         print(
             f"costs: target step {1000 * costs.target_step_s:.1f} ms; c = {c}; lookup search "
@@ -97,9 +98,15 @@ def bench(args: argparse.Namespace) -> int:
             "target steps",
             file=sys.stderr,
         )
+        # The costs are measured again after every quarter of the prompts and averaged: the
+        # prediction should describe the machine the runs ran on, not its first ten seconds.
+        measured = [costs]
+        checkpoints = {len(prompts) * q // 4 for q in range(1, 5)}
 
         def progress(i: int, records: list[RunRecord]) -> None:
             print(f"[{i + 1}/{len(prompts)}] {prompts[i].category}: done", file=sys.stderr)
+            if i + 1 in checkpoints:
+                measured.append(measure_costs(pair.target, pair.draft, context, sizes))
 
         records = run_bench(pair, prompts, encoded, settings, base, args.runs, progress)
         meta = {
@@ -118,6 +125,8 @@ def bench(args: argparse.Namespace) -> int:
             },
             "peak_rss_bytes": peak_rss_bytes(),
         }
+        costs = mean_costs(measured)
+        meta["costs_measured"] = len(measured)
         report = build_report(prompts, settings, records, costs, meta)
     print(format_tables(report, prompts))
     if args.json:
@@ -248,10 +257,21 @@ def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
     ]
     avf = report.get("adaptive_vs_best_fixed") or {}
     if avf:
-        out.append("adaptive vs the best fixed K in hindsight (ratio of speedups):")
+        out.append(
+            "adaptive vs the best fixed K in hindsight: ratio of speedups; in brackets the median "
+            "of paired runs (same round) and its 95% bootstrap interval:"
+        )
         for cat, d in avf.items():
+            paired = d.get("paired", {})
             ratios = ", ".join(
-                f"{k} {v:.3f}" for k, v in d.items() if k not in ("best_fixed", "best_fixed_speedup")
+                f"{n} {d[n]:.3f}"
+                + (
+                    f" (paired {paired[n]['median']:.3f}, {paired[n]['low']:.3f}-{paired[n]['high']:.3f})"
+                    if n in paired
+                    else ""
+                )
+                for n in d
+                if n not in ("best_fixed", "best_fixed_speedup", "paired")
             )
             out.append(f"  {cat}: best fixed {d['best_fixed']} {d['best_fixed_speedup']:.2f}x; {ratios}")
         out.append("")
@@ -260,6 +280,7 @@ def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
     out.append(
         f"{r['max_tokens']} tokens, temperature {r['temperature']}, {r['runs']} rounds per prompt, "
         f"context {r['ctx']}. Python outside llama_decode: {100 * worst:.1f}% of decode time "
-        "(worst setting)."
+        f"(worst setting). c and v: the mean of {report.get('costs_measured', 1)} measurements "
+        "spread over the run."
     )
     return "\n".join(out)

@@ -68,6 +68,29 @@ class MeasuredCosts:
         return draft + self.v(drafted + 1)
 
 
+def mean_costs(measured: Sequence[MeasuredCosts]) -> MeasuredCosts:
+    """The mean of several measurements of the same pair, quantity by quantity.
+
+    A benchmark measures its costs more than once, spread over its runs: a shared machine's
+    speed drifts, and one measurement taken at the start can be several percent off for the
+    runs that follow (enough to move efficiency = measured / predicted by as much)."""
+    if not measured:
+        raise ValueError("no measurements")
+    first = measured[0]
+
+    def mean(values: Sequence[float]) -> float:
+        return statistics.fmean(values)
+
+    drafts = [m.draft_step_s for m in measured if m.draft_step_s is not None]
+    return MeasuredCosts(
+        mean([m.target_step_s for m in measured]),
+        mean(drafts) if drafts else None,
+        mean([m.lookup_s for m in measured]),
+        {n: mean([m.verify_s[n] for m in measured]) for n in first.verify_s},
+        {n: mean([m.draft_batch_s[n] for m in measured]) for n in first.draft_batch_s},
+    )
+
+
 def _interpolate(points: dict[int, float], n: float) -> float:
     """Piecewise-linear through the points, extended past the largest by the last segment."""
     sizes = sorted(points)

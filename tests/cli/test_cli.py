@@ -237,6 +237,16 @@ def test_bench_prints_table_and_writes_json(
     assert report["overall"]["model:k=3"]["mean_draft_length"] <= 3
     assert report["costs"]["c"] > 0 and report["costs"]["v"]["4"] >= 1
     assert report["run"]["runs"] == 2
+    assert report["costs_measured"] == 3  # at the start, then after each of the two prompts
+    # Adaptive settings against the best fixed K: paired runs of the same round, with an interval.
+    for cat in ("chat", "code", "overall"):
+        vs = report["adaptive_vs_best_fixed"][cat]
+        assert vs["best_fixed"] == "model:k=3"
+        for name in ("model", "auto"):
+            p = vs["paired"][name]
+            assert p["runs"] == (4 if cat == "overall" else 2)
+            assert 0 < p["low"] <= p["median"] <= p["high"]
+    assert "paired" in table
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 

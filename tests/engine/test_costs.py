@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.costs import MeasuredCosts
+from app.engine.costs import MeasuredCosts, mean_costs
 
 COSTS = MeasuredCosts(
     target_step_s=0.020,
@@ -35,3 +35,17 @@ def test_round_cost_counts_catchup_and_free_lookup_tail() -> None:
     assert COSTS.round_cost("model", 4, caught_up=5) == pytest.approx(0.9 + 3 * 0.5 + COSTS.v(5))
     # A hybrid round: 2 model tokens, then 3 from lookup that cost no draft steps.
     assert COSTS.round_cost("model", 5, looked_up=3) == pytest.approx(2 * 0.5 + COSTS.v(6))
+
+
+def test_mean_of_measurements_taken_over_a_run() -> None:
+    early = MeasuredCosts(0.020, 0.010, 0.0001, {2: 0.024}, {2: 0.012})
+    late = MeasuredCosts(0.024, 0.014, 0.0003, {2: 0.030}, {2: 0.016})
+    mean = mean_costs([early, late])
+    assert mean.target_step_s == pytest.approx(0.022)
+    assert mean.c == pytest.approx(0.012 / 0.022)
+    assert mean.v(2) == pytest.approx(0.027 / 0.022)
+    assert mean.catchup(2) == pytest.approx(0.014 / 0.022)
+    assert mean.lookup_s == pytest.approx(0.0002)
+    assert mean_costs([early]) == early
+    with pytest.raises(ValueError):
+        mean_costs([])
