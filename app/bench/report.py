@@ -130,8 +130,8 @@ def build_report(
 
 
 def _paired(records: Sequence[RunRecord], a: str, b: str, prompts: set[int]) -> list[list[float]]:
-    """Per prompt, per run: a's decode tokens/s over b's in the same round (the two ran one
-    after the other, so slow drift of the machine cancels out)."""
+    """Per prompt, per run: a's decode tokens/s over b's in the same round (the two ran seconds
+    apart, so the machine's slow drift cancels out)."""
     tps = {(r.prompt, r.run, r.setting): r.stats.decode_tokens_per_s for r in records}
     out: list[list[float]] = []
     for i in sorted(prompts):
