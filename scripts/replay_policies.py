@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
-from app.bench.replay import Policy, ReplayCosts, Trace, replay_all, trace_from_rounds  # noqa: E402
+from app.bench.replay import Policy, Trace, costs_from_report, replay_all, trace_from_rounds  # noqa: E402
 from app.bench.runner import run_once  # noqa: E402
 from app.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> int:
     args = ap.parse_args()
 
     report = json.loads(args.costs.read_text())
-    costs = ReplayCosts.from_report(report)
+    costs = costs_from_report(report)
     if args.traces:
         traces = [Trace(**t) for t in json.loads(args.traces.read_text())]
     else:
@@ -92,8 +92,7 @@ def main() -> int:
     result = replay_all(traces, policies, costs, args.max_tokens)
 
     agree = sum(sum(t.match) for t in traces) / max(1, sum(len(t.match) for t in traces))
-    v6, v13 = costs.verify(6), costs.verify(13)
-    print(f"costs from {args.costs}: c = {costs.c:.3f}, v(6) = {v6:.2f}, v(13) = {v13:.2f}")
+    print(f"costs from {args.costs}: c = {costs.c:.3f}, v(6) = {costs.v(6):.2f}, v(13) = {costs.v(13):.2f}")
     print(f"{len(traces)} traces, the draft agreed at {100 * agree:.1f}% of positions\n")
     cats = list(result["adaptive"])
     shown = [f"K={k}" for k in (1, 2, 3, 4, 5, 6, 8, 10, 12) if k <= args.k_max] + ["adaptive"]

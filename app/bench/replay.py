@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.costs import MeasuredCosts
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from app.engine.events import RoundEvent
 
@@ -44,61 +45,34 @@ def trace_from_rounds(category: str, rounds: Iterable[RoundEvent], generated: in
     return Trace(category, match[: generated + (1 if eog else 0)], eog)
 
 
-@dataclass
-class ReplayCosts:
-    """Costs in target steps: c per draft step, v(n) to verify n tokens, catchup(n) for the
-    draft model's first batch of a round (n tokens it has not seen)."""
-
-    c: float
-    v: dict[int, float]
-    catchup: dict[int, float]
-
-    @classmethod
-    def from_report(cls, report: dict[str, Any]) -> ReplayCosts:
-        costs = report["costs"]
-        return cls(
-            c=float(costs["c"]),
-            v={1: 1.0, **{int(n): float(x) for n, x in costs["v"].items()}},
-            catchup={int(n): float(x) for n, x in costs["catchup"].items()},
-        )
-
-    def verify(self, n: int) -> float:
-        return _extend(self.v, n)
-
-    def first_step(self, behind: int) -> float:
-        return _extend(self.catchup, behind)
-
-
-def _extend(points: dict[int, float], n: int) -> float:
-    """The measured value at n, or a straight line beyond the largest size measured."""
-    if n in points:
-        return points[n]
-    sizes = sorted(points)
-    if n < sizes[0]:
-        return points[sizes[0]]
-    lo, hi = sizes[-2], sizes[-1]
-    if n < hi:  # a gap: interpolate between its neighbours
-        lo = max(s for s in sizes if s < n)
-        hi = min(s for s in sizes if s > n)
-    slope = (points[hi] - points[lo]) / (hi - lo)
-    return points[lo] + slope * (n - lo)
+def costs_from_report(report: dict[str, Any]) -> MeasuredCosts:
+    """A `tandem bench --json` report's costs, in target steps (one target step = 1 s)."""
+    costs = report["costs"]
+    return MeasuredCosts(
+        target_step_s=1.0,
+        draft_step_s=float(costs["c"]),
+        lookup_s=float(costs["c_lookup"]),
+        verify_s={int(n): float(x) for n, x in costs["v"].items()},
+        draft_batch_s={int(n): float(x) for n, x in costs["catchup"].items()},
+    )
 
 
 class _ReplayCostModel(CostModel):
-    """What the adaptive policy plans with: the replay's costs, one target step = 1 second."""
+    """What the adaptive policy plans with: the measured costs (in target steps, so one target
+    step = 1 s) instead of the engine's online estimates."""
 
-    def __init__(self, costs: ReplayCosts) -> None:
+    def __init__(self, costs: MeasuredCosts) -> None:
         super().__init__()
-        self.replay = costs
+        self.measured = costs
 
     def draft_time(self, kind: str, k: int) -> float | None:
-        return 0.0 if k == 0 else self.replay.first_step(1) + (k - 1) * self.replay.c
+        return 0.0 if k == 0 else self.measured.catchup(1) + (k - 1) * (self.measured.c or 0.0)
 
     def verify_time(self, n: int) -> float | None:
-        return self.replay.verify(n)
+        return self.measured.v(n)
 
 
-def replay(trace: Trace, policy: Policy, costs: ReplayCosts, max_tokens: int) -> tuple[int, float]:
+def replay(trace: Trace, policy: Policy, costs: MeasuredCosts, max_tokens: int) -> tuple[int, float]:
     """(tokens generated, cost in target steps) of one generation under `policy`.
 
     The engine's rules: K never overshoots max tokens; a draft stops after proposing the end of
@@ -118,14 +92,9 @@ def replay(trace: Trace, policy: Policy, costs: ReplayCosts, max_tokens: int) ->
         accepted = 0
         while accepted < drafted and pos + accepted < n and match[pos + accepted]:
             accepted += 1
-        if drafted:
-            cost += costs.first_step(behind) + (drafted - 1) * costs.c
-            policy.observe(drafted, accepted)
-            behind = 2 if accepted == drafted else 1
-        else:
-            policy.observe(0, 0)
-            behind += 1
-        cost += costs.verify(drafted + 1)
+        cost += costs.round_cost("model" if drafted else "", drafted, caught_up=behind)
+        policy.observe(drafted, accepted)
+        behind = (2 if accepted == drafted else 1) if drafted else behind + 1
         pos += accepted + 1
         generated = min(pos, n - (1 if trace.eog else 0))
     return min(generated, max_tokens), cost
@@ -134,7 +103,7 @@ def replay(trace: Trace, policy: Policy, costs: ReplayCosts, max_tokens: int) ->
 def replay_all(
     traces: Sequence[Trace],
     policies: dict[str, Callable[[CostModel], Policy]],
-    costs: ReplayCosts,
+    costs: MeasuredCosts,
     max_tokens: int,
 ) -> dict[str, dict[str, float]]:
     """Per policy, per category (and "overall"): mean predicted speedup over the traces.

@@ -10,16 +10,19 @@ import random
 
 import pytest
 
-from app.bench.replay import ReplayCosts, Trace, replay, replay_all, trace_from_rounds
+from app.bench.replay import Trace, replay, replay_all, trace_from_rounds
+from app.engine.costs import MeasuredCosts
 from app.engine.draft_policy import AdaptivePolicy, FixedPolicy
 from app.engine.events import RoundEvent
 
 # Round numbers: c = 0.5; verifying n tokens 1 + 0.1 (n - 1); a first draft batch of n tokens
 # 0.5 + 0.1 (n - 1). Measured only up to 13 tokens, as the bench does.
-COSTS = ReplayCosts(
-    c=0.5,
-    v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 14)},
-    catchup={n: 0.5 + 0.1 * (n - 1) for n in range(1, 14)},
+COSTS = MeasuredCosts(
+    target_step_s=1.0,
+    draft_step_s=0.5,
+    lookup_s=0.0,
+    verify_s={n: 1.0 + 0.1 * (n - 1) for n in range(2, 14)},
+    draft_batch_s={n: 0.5 + 0.1 * (n - 1) for n in range(1, 14)},
 )
 
 
