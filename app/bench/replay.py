@@ -85,7 +85,8 @@ def replay(trace: Trace, policy: Policy, costs: MeasuredCosts, max_tokens: int) 
     cost = 0.0
     behind = 1
     while pos < n and generated < max_tokens:
-        k, _ = policy.plan(max(0, max_tokens - generated - 1))
+        owed = costs.catchup(behind) - costs.catchup(2) if behind > 2 else 0.0
+        k, _ = policy.plan(max(0, max_tokens - generated - 1), owed_s=owed)
         drafted = k
         if pos + k >= n and trace.eog and all(match[pos:n]):
             drafted = n - pos  # the draft proposes the end itself and stops there

@@ -315,7 +315,10 @@ class _SpeculativeStep:
         options: list[tuple[float, str, int]] = []
         use_model = False
         if self.model is not None:
-            k, rate = self.policies["model"].plan(budget)
+            # After plain or lookup rounds the model's next draft first catches up on them.
+            behind = len(history) - len(self.model.model.cached)
+            owed = self.costs.catchup_time(behind - 2) if behind > 2 else 0.0
+            k, rate = self.policies["model"].plan(budget, owed_s=owed)
             use_model = self._model_pays(rate)
             if use_model:
                 options.append((rate, "model", k))
@@ -391,9 +394,11 @@ class _SpeculativeStep:
                 self.policies["model"].observe(own, min(n_acc, own))
             if proposal.looked_up and n_acc >= own:
                 self.policies["lookup"].observe(proposal.looked_up, n_acc - own)
-        else:
-            for policy in self.policies.values():  # no evidence this round: let α relax
-                policy.observe(0, 0)
+        else:  # no evidence this round: let α relax, for the drafters this run has
+            if self.model is not None:
+                self.policies["model"].observe(0, 0)
+            if self.lookup is not None:
+                self.policies["lookup"].observe(0, 0)
         tokens = [*drafts[:n_acc], nxt]
         self.lookup_tokens = self.lookup_tokens * _SHARE_DECAY + max(0, n_acc - own)
         self.all_tokens = self.all_tokens * _SHARE_DECAY + len(tokens)

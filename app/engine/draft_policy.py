@@ -8,13 +8,15 @@ GPU verifying 9 tokens costs about as much as 1, on a 2-core CPU nearly twice as
 
 `AdaptivePolicy` measures all three as it goes and plans, each round,
 
-    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1) + debt)
+    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1) + catch-up)
 
-where K = 0 means one plain target step, and `debt` is what choosing prompt lookup now will
-cost the draft model later (it must catch up on the tokens it did not see). α is an
-exponentially forgetting estimate for the current generation; the costs live in a `CostModel`
-that the pair keeps across generations (they describe the machine, not the text). Nothing here
-can change the output: only how much is drafted per round, and by whom.
+where K = 0 means one plain target step. The catch-up term: a draft model that sat out rounds
+(plain steps, or prompt lookup) must first decode what it missed. Prompt lookup is charged for
+the tokens it makes the model miss; the model's first draft after a pause is charged what the
+pause owes, spread over the tokens the answer has left. α is an exponentially forgetting
+estimate for the current generation; the costs live in a `CostModel` that the pair keeps
+across generations (they describe the machine, not the text). Nothing here can change the
+output: only how much is drafted per round, and by whom.
 """
 
 from __future__ import annotations
@@ -63,10 +65,15 @@ class DraftCosts:
     catchup_per_token: _Ema = field(default_factory=_Ema)  # extra seconds per token caught up
     accepted: float = 4.0  # long-run acceptance prior: 4 of 5 draft tokens
     trials: float = 5.0
+    idle_rounds: int = 0  # rounds since this drafter last drafted
 
     @property
     def alpha(self) -> float:
         return self.accepted / self.trials
+
+    def idle(self) -> None:
+        """A round in which this drafter could have drafted and did not: no evidence."""
+        self.idle_rounds += 1
 
 
 @dataclass
@@ -101,6 +108,7 @@ class CostModel:
         d = self.of(kind)
         d.accepted = d.accepted * 0.99 + accepted
         d.trials = d.trials * 0.99 + trials
+        d.idle_rounds = 0
 
     # --- estimates ----------------------------------------------------------------------
     def draft_time(self, kind: str, k: int) -> float | None:
@@ -178,7 +186,7 @@ class FixedPolicy:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def plan(self, budget: int, debt_per_token: float = 0.0) -> tuple[int, float]:
+    def plan(self, budget: int, debt_per_token: float = 0.0, owed_s: float = 0.0) -> tuple[int, float]:
         return min(self.k, budget), 0.0
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -192,7 +200,9 @@ class AdaptivePolicy:
     text), starting from the drafter's long-run acceptance on this pair. Plans use an
     optimistic α (estimate + one standard error): cheap insurance against a run of bad luck
     switching drafting off for good. Rounds without drafting carry no evidence, so uncertainty
-    grows while K = 0 until drafting is tried again.
+    grows while K = 0 until drafting is tried again; across generations too, since the next
+    generation's prior weighs the long-run α less the longer nothing was drafted (a short
+    answer may end before the pause does).
 
     (Planning with the plain estimate, or with a per-position estimate of E(K), was measured
     too: both drafted shorter and ran about 2.5% slower than the best fixed K on the reference
@@ -202,15 +212,23 @@ class AdaptivePolicy:
     adaptive = True
 
     _FORGET = 0.95  # per round: about the last 20 rounds count
-    _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens
+    _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens ...
+    # ... times this per round since the drafter last drafted (down to half a token).
+    _IDLE_FADE = 0.97
 
     def __init__(self, k_max: int, costs: CostModel, kind: str = "model", k_start: int = 4) -> None:
         self.k_max = k_max
         self.costs = costs
         self.kind = kind
         self.k_start = min(k_start, k_max)
-        self._trials = self._PRIOR_STRENGTH
-        self._accepted = costs.of(kind).alpha * self._PRIOR_STRENGTH
+        # Start from the long-run α, held less firmly the longer ago the drafter last
+        # drafted: after answers without drafting the optimistic α is high again and drafting
+        # is retried, so a bad start (early rejections in a short answer, then a pause that
+        # never paid to end) cannot switch drafting off for the session. Only this prior
+        # fades; the long-run α itself keeps its weight, so one unlucky round cannot move it.
+        long_run = costs.of(kind)
+        self._trials = max(0.5, self._PRIOR_STRENGTH * self._IDLE_FADE**long_run.idle_rounds)
+        self._accepted = long_run.alpha * self._trials
 
     @property
     def alpha(self) -> float:
@@ -220,17 +238,32 @@ class AdaptivePolicy:
         a = self.alpha
         return min(1.0, a + math.sqrt(a * (1.0 - a) / self._trials))
 
-    def plan(self, budget: int, debt_per_token: float = 0.0) -> tuple[int, float]:
-        """(K, expected tokens per second) for this round; rate 0.0 while costs are unknown."""
+    def plan(self, budget: int, debt_per_token: float = 0.0, owed_s: float = 0.0) -> tuple[int, float]:
+        """(K, expected tokens per second) for this round; rate 0.0 while costs are unknown.
+
+        `debt_per_token` (prompt lookup, while a draft model is in use): what each drafted
+        token will cost the draft model later, when it catches up on it. `owed_s` (the draft
+        model): the extra catch-up it already owes, for tokens it skipped (plain or lookup
+        rounds) beyond a usual round's one or two; its next draft pays it."""
         k_cap = min(self.k_max, budget)
         alpha = self.optimistic_alpha()
         best_k, best_rate = min(self.k_start, k_cap), -1.0
+        horizon = budget + 1  # the most tokens this generation has left
         for k in range(k_cap + 1):
             draft, verify = self.costs.draft_time(self.kind, k), self.costs.verify_time(k + 1)
             if draft is None or verify is None:
                 return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
             e = expected_tokens(alpha, k)
-            rate = e / (draft + verify + (e * debt_per_token if k else 0.0))
+            cost = draft + verify
+            if k and debt_per_token:
+                cost += e * debt_per_token
+            if k and owed_s:
+                # Drafting again pays what is owed once, and every later round then drafts
+                # at the usual cost: spread the payment over the tokens still to come (all
+                # of it when the answer is nearly done). Charging it all to this round
+                # instead makes a long pause ever costlier to end: drafting never resumes.
+                cost += owed_s * min(1.0, e / horizon)
+            rate = e / cost
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -242,3 +275,5 @@ class AdaptivePolicy:
         self._trials = self._trials * self._FORGET + trials
         if trials:
             self.costs.observe_acceptance(self.kind, accepted, trials)
+        elif not drafted:
+            self.costs.of(self.kind).idle()

@@ -58,6 +58,17 @@ def test_trace_from_rounds() -> None:
     assert trace.match == [True, True, False] + [True] * 6 + [False]
 
 
+# Costs like the reference pair's on the 2-core CPU (docs/results/smollm2-cpu-model-5runs.json):
+# drafting pays there only when acceptance is high.
+CPU_COSTS = MeasuredCosts(
+    target_step_s=1.0,
+    draft_step_s=0.58,
+    lookup_s=0.0,
+    verify_s={n: 1.0 + 0.17 * (n - 1) for n in range(2, 14)},
+    draft_batch_s={n: 0.62 + 0.21 * (n - 1) for n in range(1, 14)},
+)
+
+
 def _bursty(
     rng: random.Random, n: int, to_bad: float, to_good: float, miss_good: float, miss_bad: float
 ) -> list[bool]:
@@ -91,13 +102,31 @@ def test_adaptive_k_keeps_up_with_the_best_fixed_k_on_bursty_acceptance(
 
 
 @pytest.mark.parametrize(
-    ("alpha", "at_least"), [(0.4, 0.85), (0.6, 0.9), (0.8, 0.95), (0.9, 0.93), (0.97, 0.95), (0.995, 0.97)]
+    ("alpha", "at_least"), [(0.4, 0.89), (0.6, 0.94), (0.8, 0.95), (0.9, 0.93), (0.97, 0.95), (0.995, 0.97)]
 )
 def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(alpha: float, at_least: float) -> None:
     # The policy's known limits, kept from getting worse (docs/benchmarks.md). With acceptance
     # independent of position (unlike text) the optimistic α drafts a token or two too long at
-    # 0.9-0.97; where drafting does not pay (0.4-0.6) it keeps retrying, and each retry first
-    # catches the draft model up on the whole pause: 5-12% slower than the target alone.
+    # 0.9-0.97; where drafting does not pay (0.4-0.6) it still retries now and then, each retry
+    # paying for the draft model's catch-up: 4-9% slower than the target alone.
     rng = random.Random(1)
     traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
     assert _versus_best_fixed(traces) >= at_least
+
+
+@pytest.mark.parametrize("max_tokens", [12, 16, 20, 24])
+def test_bad_starts_do_not_switch_drafting_off_for_the_session(max_tokens: int) -> None:
+    # A cold pair's first short answers each start with three rejections: drafting stops, and
+    # in answers this short ending the pause never pays for the draft model's catch-up. The
+    # long-run α then says "do not draft"; unless the next answers hold it less firmly the
+    # longer nothing was drafted, every later answer starts without drafting and never learns
+    # otherwise (replayed without that: 0.80-0.82 of the best fixed K, the target's speed).
+    rng = random.Random(1)
+    good = [Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False) for _ in range(24)]
+    bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False) for t in good[:6]]
+    policies = {f"K={k}": (lambda m, k=k: FixedPolicy(k)) for k in range(13)}
+    policies["adaptive"] = lambda m: AdaptivePolicy(12, m, "model")
+    result = replay_all([*bad, *good], policies, CPU_COSTS, max_tokens)
+    best = max(result[n]["good"] for n in result if n != "adaptive")
+    assert result["adaptive"]["good"] >= 0.97 * best
+    assert result["adaptive"]["good"] > 1.1 * result["K=0"]["good"]

@@ -93,6 +93,35 @@ def test_catchup_debt_makes_drafting_less_attractive() -> None:
     assert rate_debt < rate_free
 
 
+def test_what_the_draft_model_owes_is_spread_over_the_rest_of_the_answer() -> None:
+    # After a pause the next draft first catches up on it (here 100 ms owed). Worth it with
+    # 100 tokens to go; with 6 left, the target alone finishes sooner.
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    for _ in range(20):
+        policy.observe(8, 8)
+    assert policy.plan(100)[0] > 0 and policy.plan(5)[0] > 0
+    assert policy.plan(100, owed_s=0.1)[0] > 0
+    assert policy.plan(5, owed_s=0.1)[0] == 0
+
+
+def test_rounds_without_drafting_weaken_the_next_generation_s_prior() -> None:
+    c = costs(15, {1: 20, 5: 32})
+    first = AdaptivePolicy(12, c)
+    for _ in range(10):
+        first.observe(4, 0)
+    alpha, trials = c.of("model").alpha, c.of("model").trials
+    before = AdaptivePolicy(12, c).optimistic_alpha()
+    for _ in range(100):  # e.g. short answers, none of which tried drafting again
+        first.observe(0, 0)
+    # No evidence: the long-run estimate keeps its value and its weight ...
+    assert (c.of("model").alpha, c.of("model").trials) == pytest.approx((alpha, trials))
+    # ... but the next generation holds it less firmly, and retries drafting.
+    assert AdaptivePolicy(12, c).optimistic_alpha() > before + 0.2
+    first.observe(4, 4)  # drafting again: the prior is back to full strength (8 tokens)
+    a = c.of("model").alpha
+    assert AdaptivePolicy(12, c).optimistic_alpha() == pytest.approx(a + (a * (1 - a) / 8) ** 0.5)
+
+
 def test_model_pays_unless_lookup_supplies_most_of_the_text() -> None:
     # plain step 25 ms, the model 20 ms per token, catch-up 6 ms per looked-up token
     assert model_pays(0.0, 0.025, 0.020, 0.006)

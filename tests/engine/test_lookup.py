@@ -82,6 +82,17 @@ def test_greedy_lookup_and_auto_match_target_only(smollm2_pair: ModelPair) -> No
     assert fixed.ids == base.ids
 
 
+def test_a_lookup_only_run_leaves_the_draft_model_s_record_alone(smollm2_pair: ModelPair) -> None:
+    # Its plain rounds are no evidence about the draft model (it was not asked), so they must
+    # not count as rounds in which the model did not draft (that weakens its prior).
+    prompt = smollm2_pair.chat_prompt([ChatMessage("user", SUMMARY)])
+    model = smollm2_pair.costs.of("model")
+    before = (model.accepted, model.trials, model.idle_rounds)
+    spec = run(smollm2_pair, prompt, max_tokens=64, draft_max=8, adaptive=True, drafter="lookup")
+    assert any(ev.drafter == "" for ev in spec.rounds)  # it had plain rounds
+    assert (model.accepted, model.trials, model.idle_rounds) == before
+
+
 def test_lookup_works_without_a_draft_model(smollm2_f16: Path) -> None:
     with ModelPair.load(smollm2_f16, None, LoadOptions(n_ctx=1024)) as pair:
         prompt = pair.chat_prompt([ChatMessage("user", SUMMARY)])
