@@ -316,7 +316,7 @@ class _SpeculativeStep:
         use_model = False
         if self.model is not None:
             # After plain or lookup rounds the model's next draft first catches up on them.
-            behind = len(history) - len(self.model.model.cached)
+            behind = self.model.behind(history)
             owed = self.costs.catchup_time(behind - 2) if behind > 2 else 0.0
             k, rate = self.policies["model"].plan(budget, owed_s=owed)
             use_model = self._model_pays(rate)

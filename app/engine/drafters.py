@@ -72,7 +72,7 @@ class ModelDrafter:
         model = self.model
         # Catch up in one batch on everything the draft has not seen yet: normally the last
         # token, plus the final draft token after a fully accepted round.
-        behind = len(history) - len(model.cached)
+        behind = self.behind(history)
         out.caught_up = behind
         t0 = time.perf_counter()
         logits = model.decode(history[len(model.cached) :], "last")
@@ -105,6 +105,10 @@ class ModelDrafter:
             rest = time.perf_counter() - t0 - t_first
             self.costs.observe_model_draft(behind, t_first, rest, steps)
         return out
+
+    def behind(self, history: Sequence[int]) -> int:
+        """Tokens of history the draft model has not decoded (its next catch-up batch)."""
+        return len(history) - len(self.model.cached)
 
     def rollback(self, keep: int) -> None:
         """After verification: keep at most `keep` tokens (history so far + accepted drafts)."""

@@ -7,23 +7,31 @@ for what a greedy run recorded.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
-from app.bench.replay import Trace, replay, replay_all, trace_from_rounds
+from app.bench.replay import Policy, Trace, replay, replay_all, trace_from_rounds
 from app.engine.costs import MeasuredCosts
-from app.engine.draft_policy import AdaptivePolicy, FixedPolicy
+from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from app.engine.events import RoundEvent
 
-# Round numbers: c = 0.5; verifying n tokens 1 + 0.1 (n - 1); a first draft batch of n tokens
-# 0.5 + 0.1 (n - 1). Measured only up to 13 tokens, as the bench does.
-COSTS = MeasuredCosts(
-    target_step_s=1.0,
-    draft_step_s=0.5,
-    lookup_s=0.0,
-    verify_s={n: 1.0 + 0.1 * (n - 1) for n in range(2, 14)},
-    draft_batch_s={n: 0.5 + 0.1 * (n - 1) for n in range(1, 14)},
-)
+
+def _linear_costs(c: float, verify_per_token: float, first: float, catchup_per_token: float) -> MeasuredCosts:
+    """Costs in target steps: a draft step c; verifying n tokens 1 + verify_per_token (n - 1); a
+    first draft batch of n tokens first + catchup_per_token (n - 1). Measured only up to 13
+    tokens, as the bench does."""
+    return MeasuredCosts(
+        target_step_s=1.0,
+        draft_step_s=c,
+        lookup_s=0.0,
+        verify_s={n: 1.0 + verify_per_token * (n - 1) for n in range(2, 14)},
+        draft_batch_s={n: first + catchup_per_token * (n - 1) for n in range(1, 14)},
+    )
+
+
+# Round numbers.
+COSTS = _linear_costs(0.5, 0.1, 0.5, 0.1)
 
 
 def test_fully_accepted_rounds_cost_what_the_model_says() -> None:
@@ -60,13 +68,7 @@ def test_trace_from_rounds() -> None:
 
 # Costs like the reference pair's on the 2-core CPU (docs/results/smollm2-cpu-model-5runs.json):
 # drafting pays there only when acceptance is high.
-CPU_COSTS = MeasuredCosts(
-    target_step_s=1.0,
-    draft_step_s=0.58,
-    lookup_s=0.0,
-    verify_s={n: 1.0 + 0.17 * (n - 1) for n in range(2, 14)},
-    draft_batch_s={n: 0.62 + 0.21 * (n - 1) for n in range(1, 14)},
-)
+CPU_COSTS = _linear_costs(0.58, 0.17, 0.62, 0.21)
 
 
 def _bursty(
@@ -81,10 +83,17 @@ def _bursty(
     return out
 
 
-def _versus_best_fixed(traces: list[Trace]) -> float:
-    policies = {f"K={k}": (lambda m, k=k: FixedPolicy(k)) for k in range(13)}  # K = 0: target alone
+def _fixed_and_adaptive() -> dict[str, Callable[[CostModel], Policy]]:
+    policies: dict[str, Callable[[CostModel], Policy]] = {
+        f"K={k}": (lambda m, k=k: FixedPolicy(k))
+        for k in range(13)  # K = 0: target alone
+    }
     policies["adaptive"] = lambda m: AdaptivePolicy(12, m, "model")
-    result = replay_all(traces, policies, COSTS, max_tokens=128)
+    return policies
+
+
+def _versus_best_fixed(traces: list[Trace]) -> float:
+    result = replay_all(traces, _fixed_and_adaptive(), COSTS, max_tokens=128)
     best = max(result[n]["overall"] for n in result if n != "adaptive")
     return result["adaptive"]["overall"] / best
 
@@ -124,9 +133,7 @@ def test_bad_starts_do_not_switch_drafting_off_for_the_session(max_tokens: int) 
     rng = random.Random(1)
     good = [Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False) for _ in range(24)]
     bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False) for t in good[:6]]
-    policies = {f"K={k}": (lambda m, k=k: FixedPolicy(k)) for k in range(13)}
-    policies["adaptive"] = lambda m: AdaptivePolicy(12, m, "model")
-    result = replay_all([*bad, *good], policies, CPU_COSTS, max_tokens)
+    result = replay_all([*bad, *good], _fixed_and_adaptive(), CPU_COSTS, max_tokens)
     best = max(result[n]["good"] for n in result if n != "adaptive")
     assert result["adaptive"]["good"] >= 0.97 * best
     assert result["adaptive"]["good"] > 1.1 * result["K=0"]["good"]
