@@ -8,6 +8,7 @@ speedup per category for K = 1..12 and adaptive K, and adaptive against the best
 
     .venv/bin/python scripts/replay_policies.py --costs docs/results/smollm2-cpu-model-5runs.json
     .venv/bin/python scripts/replay_policies.py --costs REPORT.json --traces saved.json
+    .venv/bin/python scripts/replay_policies.py --costs REPORT.json --traces saved.json --shuffle 30
 
 A prediction, not a measurement: it says whether the adaptive policy's choices are as good as
 the best fixed K's when every operation costs its mean; the bench says what the machine did.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -66,6 +68,15 @@ def main() -> int:
         help="also replay synthetic traces whose acceptance does not depend on position, at these "
         "rates (24 traces of 128 tokens each; '' for none)",
     )
+    ap.add_argument(
+        "--shuffle",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also replay every trace N times with its rejections moved to random positions (same "
+        "length, same number) and print the means: what a category's shape costs, apart from "
+        "where its rejections happen to fall (which favours one fixed K in hindsight)",
+    )
     args = ap.parse_args()
 
     report = json.loads(args.costs.read_text())
@@ -110,7 +121,24 @@ def main() -> int:
                 for _ in range(24)
             ]
             print_row(f"alpha {a:g}", replay_all(synthetic, policies, costs, args.max_tokens), shown)
+    if args.shuffle:
+        print(f"\nthe same traces with their rejections at random positions, mean of {args.shuffle} draws")
+        rng = random.Random(2)
+        draws = [
+            replay_all([shuffled(t, rng) for t in traces], policies, costs, args.max_tokens)
+            for _ in range(args.shuffle)
+        ]
+        mean = {n: {c: statistics.mean(d[n][c] for d in draws) for c in draws[0][n]} for n in policies}
+        for cat in cats:
+            print_row(cat, mean, shown)
     return 0
+
+
+def shuffled(trace: Trace, rng: random.Random) -> Trace:
+    """The trace with as many rejections, at uniformly random output positions."""
+    n = len(trace.match) - (1 if trace.eog else 0)  # the end token's position stays agreed
+    rejected = set(rng.sample(range(n), trace.match[:n].count(False)))
+    return Trace(trace.category, [i not in rejected for i in range(n)] + trace.match[n:], trace.eog)
 
 
 def print_row(label: str, result: dict[str, dict[str, float]], shown: list[str]) -> None:

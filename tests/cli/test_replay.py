@@ -111,16 +111,29 @@ def test_adaptive_k_keeps_up_with_the_best_fixed_k_on_bursty_acceptance(
 
 
 @pytest.mark.parametrize(
-    ("alpha", "at_least"), [(0.4, 0.89), (0.6, 0.94), (0.8, 0.95), (0.9, 0.93), (0.97, 0.95), (0.995, 0.97)]
+    ("alpha", "at_least"), [(0.4, 0.93), (0.6, 0.94), (0.8, 0.95), (0.9, 0.93), (0.97, 0.95), (0.995, 0.97)]
 )
 def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(alpha: float, at_least: float) -> None:
     # The policy's known limits, kept from getting worse (docs/benchmarks.md). With acceptance
     # independent of position (unlike text) the optimistic α drafts a token or two too long at
     # 0.9-0.97; where drafting does not pay (0.4-0.6) it still retries now and then, each retry
-    # paying for the draft model's catch-up: 4-9% slower than the target alone.
+    # paying for the draft model's catch-up: 5-6% slower than the target alone.
     rng = random.Random(1)
     traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
     assert _versus_best_fixed(traces) >= at_least
+
+
+@pytest.mark.parametrize(("alpha", "at_least"), [(0.4, 0.92), (0.6, 0.92), (0.8, 0.9)])
+def test_a_pair_whose_draft_is_rarely_right_stays_near_the_target_s_speed(
+    alpha: float, at_least: float
+) -> None:
+    # With CPU-like costs (catching up on a pause costs a fifth of a target step per token),
+    # each retry of drafting mid-answer owes a long catch-up. Charging retries only a share of
+    # it, as if drafting would then go on, replays at 0.82-0.89 of the target alone.
+    rng = random.Random(1)
+    traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
+    result = replay_all(traces, _fixed_and_adaptive(), CPU_COSTS, max_tokens=128)
+    assert result["adaptive"]["overall"] >= at_least * result["K=0"]["overall"]
 
 
 @pytest.mark.parametrize("max_tokens", [12, 16, 20, 24])

@@ -173,8 +173,11 @@ def test_round_accounting_catch_up_and_hybrid_tails(smollm2_pair: ModelPair) -> 
     tokens: the output stays the target's."""
     prompt = smollm2_pair.chat_prompt([ChatMessage("user", SUMMARY)])
     base = run(smollm2_pair, prompt, speculative=False, max_tokens=96)
-    for drafter in ("model", "auto"):
-        r = run(smollm2_pair, prompt, max_tokens=96, draft_max=8, adaptive=True, drafter=drafter)
+    # Adaptive runs follow this machine's timings; the fixed-K auto run's schedule does not
+    # (lookup where it has a match, else the model, its draft finished by lookup), so it is
+    # the one that must show hybrid rounds.
+    for drafter, adaptive in (("model", True), ("auto", True), ("auto", False)):
+        r = run(smollm2_pair, prompt, max_tokens=96, draft_max=8, adaptive=adaptive, drafter=drafter)
         assert r.ids == base.ids
         behind = 1  # prefill leaves the prompt's last token for round one
         for ev in r.rounds:
@@ -190,5 +193,6 @@ def test_round_accounting_catch_up_and_hybrid_tails(smollm2_pair: ModelPair) -> 
             pairs = zip(r.rounds, r.rounds[1:], strict=False)
             assert all(b.caught_up in (1, 2) for a, b in pairs if a.drafter == b.drafter == "model")
         else:
-            assert any(ev.drafter == "model" and ev.looked_up for ev in r.rounds)  # hybrid rounds
+            if not adaptive:
+                assert any(ev.drafter == "model" and ev.looked_up for ev in r.rounds)  # hybrid rounds
             assert all(ev.drafted <= 8 for ev in r.rounds)  # a lookup tail never exceeds K
