@@ -16,8 +16,8 @@ the tokens it makes the model miss; the model's first draft after a pause is cha
 pause owes, spread over the tokens the answer has left if drafting pays at the measured α,
 all of it if the draft is only a probe (it pays only at the optimistic α). α is an
 exponentially forgetting estimate for the current generation; the costs live in a `CostModel`
-that the pair keeps across generations (they describe the machine, not the text). Nothing here can change the
-output: only how much is drafted per round, and by whom.
+that the pair keeps across generations (they describe the machine, not the text). Nothing
+here can change the output: only how much is drafted per round, and by whom.
 """
 
 from __future__ import annotations
