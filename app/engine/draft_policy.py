@@ -13,18 +13,16 @@ GPU verifying 9 tokens costs about as much as 1, on a 2-core CPU nearly twice as
 where K = 0 means one plain target step. The catch-up term: a draft model that sat out rounds
 (plain steps, or prompt lookup) must first decode what it missed. Prompt lookup is charged for
 the tokens it makes the model miss; the model's first draft after a pause is charged what the
-pause owes, spread over the tokens the answer has left if drafting pays at the measured α,
-all of it if the draft is only a probe (it pays only at the optimistic α). α is an
-exponentially forgetting estimate for the current generation; the costs live in a `CostModel`
-that the pair keeps across generations (they describe the machine, not the text). Nothing
-here can change the output: only how much is drafted per round, and by whom.
+pause owes, spread over the tokens the answer has left. α is an exponentially forgetting
+estimate for the current generation; the costs live in a `CostModel` that the pair keeps
+across generations (they describe the machine, not the text). Nothing here can change the
+output: only how much is drafted per round, and by whom.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 
 @dataclass
@@ -248,43 +246,27 @@ class AdaptivePolicy:
         model): the extra catch-up it already owes, for tokens it skipped (plain or lookup
         rounds) beyond a usual round's one or two; its next draft pays it."""
         k_cap = min(self.k_max, budget)
-        round_s: list[float] = []  # per K: draft + verify seconds
+        alpha = self.optimistic_alpha()
+        best_k, best_rate = min(self.k_start, k_cap), -1.0
+        horizon = budget + 1  # the most tokens this generation has left
         for k in range(k_cap + 1):
             draft, verify = self.costs.draft_time(self.kind, k), self.costs.verify_time(k + 1)
             if draft is None or verify is None:
                 return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
-            round_s.append(draft + verify)
-        plain_rate = 1.0 / round_s[0]
-        horizon = budget + 1  # the most tokens this generation has left
-
-        def rate(alpha: float, k: int, owed: Literal["spread", "all", "none"]) -> float:
             e = expected_tokens(alpha, k)
-            if not k:
-                return e / round_s[0]
-            share = {"spread": min(1.0, e / horizon), "all": 1.0, "none": 0.0}[owed]
-            return e / (round_s[k] + e * debt_per_token + owed_s * share)
-
-        # Drafting again pays what is owed once, and every later round then drafts at the
-        # usual cost: spread the payment over the tokens still to come (all of it when the
-        # answer is nearly done). Charging it all to this round instead makes a long pause
-        # ever costlier to end: drafting never resumes.
-        optimistic = self.optimistic_alpha()
-        rates = [rate(optimistic, k, "spread") for k in range(k_cap + 1)]
-        best_k = max(range(k_cap + 1), key=rates.__getitem__)
-        if not (best_k and owed_s):
-            return best_k, rates[best_k]
-        # Spreading assumes drafting, once resumed, goes on: that it pays at the plain α.
-        # Where it pays only at the optimistic α, resuming is a probe for evidence, and a
-        # failed probe pays all that is owed for one round: probe with the K that loses least
-        # if the plain α is right, and only if the optimistic α says the probe, owing it all,
-        # beats a plain step. (Without this a pair whose draft is rarely right kept
-        # re-paying long catch-ups: 0.82-0.86 of the target's speed, docs/benchmarks.md.)
-        expected = [rate(self.alpha, k, "none") for k in range(k_cap + 1)]
-        probe_k = max(range(1, k_cap + 1), key=expected.__getitem__)
-        if expected[probe_k] > plain_rate:
-            return best_k, rates[best_k]
-        probe_rate = rate(optimistic, probe_k, "all")
-        return (probe_k, probe_rate) if probe_rate > plain_rate else (0, plain_rate)
+            cost = draft + verify
+            if k and debt_per_token:
+                cost += e * debt_per_token
+            if k and owed_s:
+                # Drafting again pays what is owed once, and every later round then drafts
+                # at the usual cost: spread the payment over the tokens still to come (all
+                # of it when the answer is nearly done). Charging it all to this round
+                # instead makes a long pause ever costlier to end: drafting never resumes.
+                cost += owed_s * min(1.0, e / horizon)
+            rate = e / cost
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
 
     def observe(self, drafted: int, accepted: int) -> None:
         """One round's outcome: `accepted` of `drafted` tokens before the first rejection."""

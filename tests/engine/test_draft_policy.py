@@ -104,23 +104,6 @@ def test_what_the_draft_model_owes_is_spread_over_the_rest_of_the_answer() -> No
     assert policy.plan(5, owed_s=0.1)[0] == 0
 
 
-def test_a_probe_after_a_pause_pays_all_it_owes() -> None:
-    # Drafting does not pay at the measured α (about 0.6); after 60 rounds without evidence
-    # the optimistic α is 1, so drafting is retried. With nothing owed (an answer's start) a
-    # long draft; after a pause the retry owes the catch-up, and since drafting does not pay
-    # at the plain α it will likely stop again: the probe is charged all it owes (not a share
-    # spread over the answer), and drafts the K that loses least if the plain α is right.
-    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
-    for _ in range(6):
-        policy.observe(4, 1)
-    for _ in range(60):
-        policy.observe(0, 0)
-    assert policy.optimistic_alpha() == 1.0
-    assert policy.plan(100)[0] == 12
-    assert policy.plan(100, owed_s=0.005)[0] == 1  # a quarter of a target step owed: probe
-    assert policy.plan(100, owed_s=0.1) == (0, pytest.approx(50.0))  # five steps: not worth it
-
-
 def test_rounds_without_drafting_weaken_the_next_generation_s_prior() -> None:
     c = costs(15, {1: 20, 5: 32})
     first = AdaptivePolicy(12, c)
