@@ -1,7 +1,9 @@
 """Named drafting configurations to compare: `model:k=5`, `auto`, `lookup`, ...
 
-Each spec is `DRAFTER[:k=K]`: DRAFTER is model, lookup or auto; with k=K the draft length is
-fixed at K, without it adaptive drafting picks K each round (up to the run's --draft-max).
+Each spec is `DRAFTER[:k=K][:p=P]`: DRAFTER is model, lookup or auto; with k=K the draft length
+is fixed at K, without it adaptive drafting picks K each round (up to the run's --draft-max);
+with p=P the draft model stops before a token it is less than P sure of (the run's --p-min
+otherwise).
 """
 
 from __future__ import annotations
@@ -28,20 +30,32 @@ def parse_settings(spec: str | None, base: GenerationConfig) -> list[BenchSettin
         return [BenchSetting(name, base)]
     settings: list[BenchSetting] = []
     for item in (s.strip() for s in spec.split(",") if s.strip()):
-        drafter, _, option = item.partition(":")
+        drafter, _, options = item.partition(":")
         if drafter not in DRAFTERS:
             raise TandemError(
                 f"--compare: unknown drafter {drafter!r} in {item!r} (use {', '.join(DRAFTERS)})"
             )
         cfg = replace(base, drafter=drafter, adaptive=True)  # type: ignore[arg-type]
-        if option:
-            key, _, value = option.partition("=")
-            if key != "k" or not value.isdigit() or not 0 <= int(value) <= DRAFT_MAX_LIMIT:
-                raise TandemError(
-                    f"--compare: {item!r}: write the option as k=N, 0 <= N <= {DRAFT_MAX_LIMIT}"
-                )
-            cfg = replace(cfg, adaptive=False, draft_max=int(value))
+        for option in filter(None, options.split(":")):
+            cfg = _apply_option(cfg, item, option)
         settings.append(BenchSetting(item, cfg))
     if len({s.name for s in settings}) != len(settings):
         raise TandemError("--compare lists the same setting twice")
     return settings
+
+
+def _apply_option(cfg: GenerationConfig, item: str, option: str) -> GenerationConfig:
+    key, _, value = option.partition("=")
+    if key == "k" and value.isdigit() and 0 <= int(value) <= DRAFT_MAX_LIMIT:
+        return replace(cfg, adaptive=False, draft_max=int(value))
+    if key == "p":
+        try:
+            p_min = float(value)
+        except ValueError:
+            p_min = -1.0
+        if 0.0 <= p_min < 1.0:
+            return replace(cfg, p_min=p_min)
+    raise TandemError(
+        f"--compare: {item!r}: write options as k=N (0 <= N <= {DRAFT_MAX_LIMIT}) or p=P (0 <= P < 1), "
+        "e.g. model:k=8:p=0.2"
+    )

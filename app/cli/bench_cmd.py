@@ -62,7 +62,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--compare",
         metavar="SPECS",
         help="settings to compare, comma-separated: model, lookup, auto (adaptive K) or "
-        "model:k=5, lookup:k=8 ... (fixed K). Default: the drafting options given",
+        "model:k=5, lookup:k=8 ... (fixed K), with :p=P for a --p-min (model:p=0.2). "
+        "Default: the drafting options given",
     )
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
     p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")

@@ -80,10 +80,10 @@ class ModelDrafter:
         steps = 0
         for j in range(k):
             assert logits is not None
-            row = logits[0]
-            if self.p_min > 0.0 and top_prob(row, self.sampler) < self.p_min:
-                break
-            tok, q = pick(row, self.sampler, self.rng)
+            drawn = self._draw(logits[0])
+            if drawn is None:
+                break  # the draft is unsure here: a rejection is likely, stop before it
+            tok, q = drawn
             out.tokens.append(tok)
             out.qs.append(q)
             if model.is_eog(tok):
@@ -105,6 +105,18 @@ class ModelDrafter:
             rest = time.perf_counter() - t0 - t_first
             self.costs.observe_model_draft(behind, t_first, rest, steps)
         return out
+
+    def _draw(self, row: np.ndarray) -> tuple[int, Dist | None] | None:
+        """The next draft token (and q when sampling), or None when the draft's confidence in
+        its best token is below p-min. When sampling, q is built once for both."""
+        if self.sampler.greedy:
+            if self.p_min > 0.0 and top_prob(row, self.sampler) < self.p_min:
+                return None
+            return int(np.argmax(row)), None
+        q = distribution(row, self.sampler)
+        if q.max_prob() < self.p_min:
+            return None
+        return q.sample(self.rng), q
 
     def behind(self, history: Sequence[int]) -> int:
         """Tokens of history the draft model has not decoded (its next catch-up batch)."""

@@ -104,3 +104,19 @@ def test_corrections_are_target_tokens(rejecting_pair: ModelPair) -> None:
         i = _first_difference(base.ids, spec.ids)
         if i is not None:
             _assert_near_tie(rejecting_pair, prompt, base.ids, spec.ids, i)
+
+
+def test_p_min_stops_greedy_drafts_without_changing_the_output(smollm2_pair: ModelPair) -> None:
+    """p-min stops a draft before a token the draft is unsure of: fewer drafted tokens, and
+    still the target's own output."""
+    planned = drafted = 0
+    for text in PROMPTS[:3]:
+        prompt = smollm2_pair.chat_prompt([ChatMessage("user", text)])
+        base = run(smollm2_pair, prompt, speculative=False, max_tokens=48)
+        spec = run(smollm2_pair, prompt, speculative=True, max_tokens=48, draft_max=8, p_min=0.5)
+        planned += sum(r.k for r in spec.rounds)
+        drafted += sum(r.drafted for r in spec.rounds)
+        i = _first_difference(base.ids, spec.ids)
+        if i is not None:
+            _assert_near_tie(smollm2_pair, prompt, base.ids, spec.ids, i)
+    assert 0 < drafted < planned, (drafted, planned)

@@ -31,7 +31,9 @@ N_SAMPLES = 6000
 P_THRESHOLD = 1e-3  # runs are seeded, so each p-value below is the same on every run
 
 
-def sample_counts(pair: ModelPair, prompt: list[int], n: int, speculative: bool) -> Counter[tuple[int, ...]]:
+def sample_counts(
+    pair: ModelPair, prompt: list[int], n: int, speculative: bool, p_min: float = 0.0
+) -> Counter[tuple[int, ...]]:
     counts: Counter[tuple[int, ...]] = Counter()
     for seed in range(n):
         r = run(
@@ -43,6 +45,7 @@ def sample_counts(pair: ModelPair, prompt: list[int], n: int, speculative: bool)
             temperature=SETTINGS.temperature,
             top_k=SETTINGS.top_k,
             seed=seed,
+            p_min=p_min,
         )
         assert len(r.ids) == N_TOKENS
         counts[tuple(r.ids)] += 1
@@ -88,6 +91,34 @@ def test_target_only_sampling_matches_target_distribution(
 ) -> None:
     prompt, joint = setup
     assert chi_square_p(joint, sample_counts(sampling_pair, prompt, 3000, speculative=False)) > P_THRESHOLD
+
+
+def test_p_min_stops_drafts_and_keeps_the_distribution(
+    sampling_pair: ModelPair, setup: tuple[list[int], dict[tuple[int, ...], float]]
+) -> None:
+    """A draft that stops before an unsure token (its sampling distribution's top probability
+    below p-min) changes how much is drafted, never what the target's distribution is."""
+    prompt, joint = setup
+    planned = drafted = 0
+    for seed in range(100):
+        r = run(
+            sampling_pair,
+            prompt,
+            max_tokens=N_TOKENS,
+            draft_max=2,
+            temperature=1.0,
+            top_k=4,
+            seed=seed,
+            p_min=0.5,
+        )
+        planned += sum(x.k for x in r.rounds)
+        drafted += sum(x.drafted for x in r.rounds)
+    assert 0 < drafted < planned, (drafted, planned)  # some drafts stopped early, not all
+    counts = sample_counts(sampling_pair, prompt, 3000, speculative=True, p_min=0.5)
+    assert set(counts) <= set(joint)
+    p = chi_square_p(joint, counts)
+    print(f"\nchi-square p-value with p-min 0.5: {p:.3f}")
+    assert p > P_THRESHOLD
 
 
 @pytest.mark.parametrize("breakage", ["residual is p", "always accept"])
