@@ -3,6 +3,11 @@
 For each prompt, `runs` rounds; in each, the target alone and every setting run once, and the
 order rotates from round to round so each configuration goes first equally often (drift hits
 all alike). Runs never overlap: one generation at a time on the one loaded pair.
+
+Each setting keeps its own learnt state (adaptive drafting's timings and long-run acceptance),
+as if it were the only one a user ran: otherwise one setting's history would steer another's
+choices (after `auto` answers full of plain rounds, the draft model's prior fades and its next
+`model` answer drafts long).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.engine import DoneEvent, GenerationConfig, GenerationStats, ModelPair, RoundEvent, TokenEvent
+from app.engine.draft_policy import CostModel
 
 from .prompts import BenchPrompt
 from .settings import BenchSetting
@@ -29,12 +35,16 @@ class RunRecord:
 
 
 def run_once(
-    pair: ModelPair, prompt: Sequence[int], cfg: GenerationConfig, speculative: bool
+    pair: ModelPair,
+    prompt: Sequence[int],
+    cfg: GenerationConfig,
+    speculative: bool,
+    costs: CostModel | None = None,
 ) -> tuple[GenerationStats, list[int], list[RoundEvent]]:
     stats: GenerationStats | None = None
     ids: list[int] = []
     rounds: list[RoundEvent] = []
-    for ev in pair.generate(prompt, cfg, speculative=speculative):
+    for ev in pair.generate(prompt, cfg, speculative=speculative, costs=costs):
         if isinstance(ev, TokenEvent):
             ids.append(ev.id)
         elif isinstance(ev, RoundEvent):
@@ -53,12 +63,17 @@ def run_bench(
     baseline: GenerationConfig,
     runs: int,
     on_done: Callable[[int, list[RunRecord]], None] | None = None,
+    learnt: dict[str, CostModel] | None = None,
 ) -> list[RunRecord]:
+    """`learnt`: each setting's adaptive-drafting state, by name (filled in if empty)."""
+    learnt = {} if learnt is None else learnt
+    for s in settings:
+        learnt.setdefault(s.name, CostModel())
     # Warm-up: a short run of each configuration, thrown away.
     warm = min(16, baseline.max_tokens)
     run_once(pair, encoded[0], replace(baseline, max_tokens=warm), False)
     for s in settings:
-        run_once(pair, encoded[0], replace(s.config, max_tokens=warm), True)
+        run_once(pair, encoded[0], replace(s.config, max_tokens=warm), True, learnt[s.name])
     records: list[RunRecord] = []
     configs: list[tuple[str, GenerationConfig, bool]] = [(BASELINE, baseline, False)]
     configs += [(s.name, s.config, True) for s in settings]
@@ -67,7 +82,7 @@ def run_bench(
         for r in range(runs):
             shift = r % len(configs)
             for name, cfg, speculative in configs[shift:] + configs[:shift]:
-                stats, ids, rounds = run_once(pair, tokens, cfg, speculative)
+                stats, ids, rounds = run_once(pair, tokens, cfg, speculative, learnt.get(name))
                 mine.append(RunRecord(i, name, r, stats, ids, rounds))
         records += mine
         if on_done is not None:

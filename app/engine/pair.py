@@ -165,9 +165,13 @@ class ModelPair:
         *,
         speculative: bool = True,
         cancel: threading.Event | None = None,
+        costs: CostModel | None = None,
     ) -> Iterator[Event]:
         """Stream events for one answer. speculative=False runs the target alone; otherwise
-        config.drafter says who drafts (the draft model, prompt lookup, or auto)."""
+        config.drafter says who drafts (the draft model, prompt lookup, or auto).
+
+        `costs`: what adaptive drafting learns (timings, long-run acceptance) goes here instead
+        of into the pair's own record; the benchmark keeps one per setting it compares."""
         if not self._lock.acquire(blocking=False):
             raise TandemError("a generation is already running on this model pair")
         try:
@@ -178,7 +182,7 @@ class ModelPair:
                 config,
                 speculative=speculative,
                 cancel=cancel,
-                costs=self.costs,
+                costs=self.costs if costs is None else costs,
             )
         finally:
             self._lock.release()
