@@ -200,7 +200,8 @@ class AdaptivePolicy:
     text), starting from the drafter's long-run acceptance on this pair. Plans use an
     optimistic α (estimate + one standard error): cheap insurance against a run of bad luck
     switching drafting off for good. Rounds without drafting carry no evidence, so uncertainty
-    grows while K = 0 until drafting is tried again; across generations too, since the next
+    grows while K = 0 until drafting is tried again (fast while the pair is new, slowly once its
+    long-run α is measured: `_idle_forget`); across generations too, since the next
     generation's prior weighs the long-run α less the longer nothing was drafted (a short
     answer may end before the pause does).
 
@@ -212,6 +213,8 @@ class AdaptivePolicy:
     adaptive = True
 
     _FORGET = 0.95  # per round: about the last 20 rounds count
+    # A round without drafting keeps at most this much of the evidence (see _idle_forget).
+    _FORGET_IDLE_MAX = 0.99
     _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens ...
     # ... times this per round since the drafter last drafted (down to half a token).
     _IDLE_FADE = 0.97
@@ -271,9 +274,23 @@ class AdaptivePolicy:
     def observe(self, drafted: int, accepted: int) -> None:
         """One round's outcome: `accepted` of `drafted` tokens before the first rejection."""
         trials = accepted + (1 if accepted < drafted else 0)
-        self._accepted = self._accepted * self._FORGET + accepted
-        self._trials = self._trials * self._FORGET + trials
+        forget = self._FORGET if drafted else self._idle_forget()
+        self._accepted = self._accepted * forget + accepted
+        self._trials = self._trials * forget + trials
         if trials:
             self.costs.observe_acceptance(self.kind, accepted, trials)
         elif not drafted:
             self.costs.of(self.kind).idle()
+
+    def _idle_forget(self) -> float:
+        """How much of the evidence a round without drafting keeps.
+
+        A pause carries no evidence, so the doubt about α grows until drafting is retried; how
+        fast is the choice between two mistakes. A process's first answer knows nothing of the
+        pair yet, and a few early rejections must not end drafting for the answer (doubt grows
+        at the drafting rate, 5% a round). A pair whose long-run α is measured and low (a draft
+        that is often wrong) would then retry every dozen rounds, each retry paying for the
+        draft model's catch-up on the pause, and run 15-20% slower than the target alone on a
+        CPU (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
+        known = self.costs.of(self.kind).trials / 10.0  # long-run draft tokens, in tens
+        return min(self._FORGET_IDLE_MAX, 1.0 - (1.0 - self._FORGET) / max(1.0, known))
