@@ -71,6 +71,10 @@ class _ReplayCostModel(CostModel):
     def verify_time(self, n: int) -> float | None:
         return self.measured.v(n)
 
+    @property
+    def plain_step_known(self) -> bool:
+        return True
+
 
 def replay(trace: Trace, policy: Policy, costs: MeasuredCosts, max_tokens: int) -> tuple[int, float]:
     """(tokens generated, cost in target steps) of one generation under `policy`.

@@ -56,6 +56,12 @@ _PRIOR_VERIFY_SLOPE = 0.12
 _PRIOR_CATCHUP_PER_TOKEN = 0.5
 
 
+# Long-run acceptance before anything is measured: 4 of 5 draft tokens.
+_PRIOR_ACCEPTED, _PRIOR_TRIALS = 4.0, 5.0
+# Draft tokens after which a pair's long-run acceptance counts as known (DraftCosts.familiarity).
+_FAMILIAR_TRIALS = 50.0
+
+
 @dataclass
 class DraftCosts:
     """Measured costs and long-run acceptance of one drafter."""
@@ -63,13 +69,19 @@ class DraftCosts:
     first: _Ema = field(default_factory=_Ema)  # a round's first draft step (incl. catch-up)
     step: _Ema = field(default_factory=_Ema)  # each further step
     catchup_per_token: _Ema = field(default_factory=_Ema)  # extra seconds per token caught up
-    accepted: float = 4.0  # long-run acceptance prior: 4 of 5 draft tokens
-    trials: float = 5.0
+    accepted: float = _PRIOR_ACCEPTED  # long-run acceptance, starting from the prior
+    trials: float = _PRIOR_TRIALS
     idle_rounds: int = 0  # rounds since this drafter last drafted
 
     @property
     def alpha(self) -> float:
         return self.accepted / self.trials
+
+    @property
+    def familiarity(self) -> float:
+        """0 while nothing is known of this pair (the prior alone, as in a process's first
+        answer), rising to 1 once its long-run α rests on _FAMILIAR_TRIALS draft tokens."""
+        return min(1.0, max(0.0, self.trials - _PRIOR_TRIALS) / _FAMILIAR_TRIALS)
 
     def idle(self) -> None:
         """A round in which this drafter could have drafted and did not: no evidence."""
@@ -131,18 +143,36 @@ class CostModel:
         return tokens * step * _PRIOR_CATCHUP_PER_TOKEN
 
     def verify_time(self, n: int) -> float | None:
-        """Seconds to verify n tokens, from a weighted least-squares line through every batch
-        size measured. A line, not the per-size averages: one noisy sample must not make a size
-        look so bad that it is never tried again, and a batch never gets cheaper with size."""
+        """Seconds to verify n tokens.
+
+        One token is its own case: a one-row decode runs llama.cpp's matrix-vector kernels, and
+        a batch of two already costs 1.3-1.7 times as much (docs/benchmarks.md), so a line
+        through the batch sizes puts a plain step 15-55% too high and makes drafting look that
+        much better than it is. n = 1 is the measured plain step (see `plain_step_known`);
+        larger batches come from a weighted least-squares line through every batch size of 2 or
+        more. A line, not the per-size averages: one noisy sample must not make a size look so
+        bad that it is never tried again, and a batch never gets cheaper with size."""
+        one = self.verify.get(1)
+        if n <= 1 and one is not None and one.known:
+            return one.value
         if self._fit is None:
             self._fit = self._fit_verify()
-            if self._fit is None:
-                return None
+        if self._fit is None:
+            if one is not None and one.known:  # only plain steps measured so far
+                return one.value * (1 + _PRIOR_VERIFY_SLOPE * (n - 1))
+            return None
         x0, y0, slope = self._fit
         return max(y0 + slope * (n - x0), 1e-6)
 
+    @property
+    def plain_step_known(self) -> bool:
+        """Whether a plain target step (a batch of one) has been measured: what every draft
+        length is compared with."""
+        one = self.verify.get(1)
+        return one is not None and one.known
+
     def _fit_verify(self) -> tuple[float, float, float] | None:
-        seen = [(size, e.value, e.weight) for size, e in self.verify.items() if e.known]
+        seen = [(size, e.value, e.weight) for size, e in self.verify.items() if e.known and size >= 2]
         if not seen:
             return None
         if len({size for size, _, _ in seen}) == 1:
@@ -213,8 +243,9 @@ class AdaptivePolicy:
     adaptive = True
 
     _FORGET = 0.95  # per round: about the last 20 rounds count
-    # A round without drafting keeps at most this much of the evidence (see _idle_forget).
-    _FORGET_IDLE_MAX = 0.99
+    # A round without drafting keeps this much of the evidence once the pair is known
+    # (see _idle_forget).
+    _FORGET_IDLE_KNOWN = 0.99
     _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens ...
     # ... times this per round since the drafter last drafted (down to half a token).
     _IDLE_FADE = 0.97
@@ -249,6 +280,10 @@ class AdaptivePolicy:
         model): the extra catch-up it already owes, for tokens it skipped (plain or lookup
         rounds) beyond a usual round's one or two; its next draft pays it."""
         k_cap = min(self.k_max, budget)
+        if not self.costs.plain_step_known and self.costs.verify_time(2) is not None:
+            # Drafting is measured but a plain step is not: take one, to know what drafting
+            # must beat (once per pair; see CostModel.verify_time).
+            return 0, 0.0
         alpha = self.optimistic_alpha()
         best_k, best_rate = min(self.k_start, k_cap), -1.0
         horizon = budget + 1  # the most tokens this generation has left
@@ -286,11 +321,11 @@ class AdaptivePolicy:
         """How much of the evidence a round without drafting keeps.
 
         A pause carries no evidence, so the doubt about α grows until drafting is retried; how
-        fast is the choice between two mistakes. A process's first answer knows nothing of the
-        pair yet, and a few early rejections must not end drafting for the answer (doubt grows
-        at the drafting rate, 5% a round). A pair whose long-run α is measured and low (a draft
-        that is often wrong) would then retry every dozen rounds, each retry paying for the
-        draft model's catch-up on the pause, and run 15-20% slower than the target alone on a
-        CPU (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
-        known = self.costs.of(self.kind).trials / 10.0  # long-run draft tokens, in tens
-        return min(self._FORGET_IDLE_MAX, 1.0 - (1.0 - self._FORGET) / max(1.0, known))
+        fast is the choice between two mistakes. In a process's first answer, with nothing
+        known of the pair, a few early rejections must not end drafting for the answer: doubt
+        grows at the drafting rate, 5% a round. A pair whose long-run α is measured and low (a
+        draft that is often wrong) would then retry every dozen rounds, each retry paying for
+        the draft model's catch-up on the pause, and run 15-20% slower than the target alone on
+        a CPU (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
+        known = self.costs.of(self.kind).familiarity
+        return self._FORGET + (self._FORGET_IDLE_KNOWN - self._FORGET) * known

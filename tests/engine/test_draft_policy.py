@@ -22,11 +22,34 @@ def test_expected_tokens() -> None:
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
 
 
-def test_verify_cost_is_a_line_through_measured_sizes() -> None:
-    c = costs(10, {1: 20, 5: 28})
-    assert c.verify_time(3) == pytest.approx(24 / 1000)
-    assert c.verify_time(9) == pytest.approx(36 / 1000)
+def test_verify_cost_is_a_line_through_measured_batches_and_a_plain_step_its_own() -> None:
+    # Shaped like the AMD CPU's (docs/benchmarks.md): a batch of 2 costs 1.7 plain steps, each
+    # further token 0.17. A line through all three sizes would put a plain step at 1.5 x 10 ms.
+    c = costs(10, {1: 10, 2: 17, 5: 22.1})
+    assert c.verify_time(1) == pytest.approx(10 / 1000)
+    assert c.verify_time(3) == pytest.approx(18.7 / 1000)
+    assert c.verify_time(9) == pytest.approx(28.9 / 1000)
     assert c.draft_time("model", 4) == pytest.approx(40 / 1000)
+
+
+def test_only_batches_measured_extends_the_line_and_only_plain_steps_a_prior_slope() -> None:
+    batches = costs(10, {2: 17, 5: 22.1})
+    assert not batches.plain_step_known
+    assert batches.verify_time(1) == pytest.approx(15.3 / 1000)
+    plain = costs(10, {1: 10})
+    assert plain.plain_step_known
+    assert plain.verify_time(5) == pytest.approx(10 * (1 + 4 * 0.12) / 1000)
+
+
+def test_a_plain_step_is_measured_before_drafting_is_judged_against_it() -> None:
+    # Drafting measured, a plain step not: the extrapolated plain step is too slow (15.3 ms
+    # here, 10 ms in truth), which would make drafting look better than it is. One plain round
+    # measures it; then the policy plans as usual.
+    c = costs(10, {2: 17, 5: 22.1})
+    policy = AdaptivePolicy(12, c)
+    assert policy.plan(100) == (0, 0.0)
+    c.observe_verify(1, 0.010)
+    assert policy.plan(100)[1] > 0.0
 
 
 def test_one_noisy_sample_does_not_lock_a_size_out() -> None:
