@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -73,9 +74,9 @@ def argmax_share(pair: ModelPair, prompt: list[int], k: int, repeats: int) -> No
     target = pair.target
     target.keep_prefix_of([])
     target.decode(prompt[:-1], "none")
-    batch = [prompt[-1]] + [prompt[-1]] * k
-    verify = []
-    argmax = []
+    batch = [prompt[-1]] * (k + 1)
+    verify: list[float] = []
+    argmax: list[float] = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         logits = target.decode(batch, "all")
@@ -86,9 +87,7 @@ def argmax_share(pair: ModelPair, prompt: list[int], k: int, repeats: int) -> No
         target.truncate(len(prompt) - 1)
         verify.append(t1 - t0)
         argmax.append(t2 - t1)
-    verify.sort()
-    argmax.sort()
-    v, a = verify[len(verify) // 2], argmax[len(argmax) // 2]
+    v, a = statistics.median(verify), statistics.median(argmax)
     print(
         f"\nverify batch of {k + 1} tokens: {1000 * v:.2f} ms (median of {repeats}); argmax over its "
         f"{k + 1} x {target.n_vocab} logits: {1000 * a:.3f} ms = {100 * a / v:.2f}% of the batch"

@@ -157,10 +157,8 @@ class CostModel:
             return one.value
         if self._fit is None:
             self._fit = self._fit_verify()
-        if self._fit is None:
-            if one is not None and one.known:  # only plain steps measured so far
-                return one.value * (1 + _PRIOR_VERIFY_SLOPE * (n - 1))
-            return None
+            if self._fit is None:
+                return None
         x0, y0, slope = self._fit
         return max(y0 + slope * (n - x0), 1e-6)
 
@@ -173,6 +171,9 @@ class CostModel:
 
     def _fit_verify(self) -> tuple[float, float, float] | None:
         seen = [(size, e.value, e.weight) for size, e in self.verify.items() if e.known and size >= 2]
+        if not seen and self.plain_step_known:  # only plain steps so far: the prior slope from them
+            one = self.verify[1]
+            seen = [(1, one.value, one.weight)]
         if not seen:
             return None
         if len({size for size, _, _ in seen}) == 1:
@@ -325,7 +326,7 @@ class AdaptivePolicy:
         known of the pair, a few early rejections must not end drafting for the answer: doubt
         grows at the drafting rate, 5% a round. A pair whose long-run α is measured and low (a
         draft that is often wrong) would then retry every dozen rounds, each retry paying for
-        the draft model's catch-up on the pause, and run 15-20% slower than the target alone on
+        the draft model's catch-up on the pause, and run 11-18% slower than the target alone on
         a CPU (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
         known = self.costs.of(self.kind).familiarity
         return self._FORGET + (self._FORGET_IDLE_KNOWN - self._FORGET) * known
