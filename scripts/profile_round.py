@@ -72,7 +72,7 @@ def profile(pair: ModelPair, prompts: list[list[int]], cfg: GenerationConfig) ->
 def argmax_share(pair: ModelPair, prompt: list[int], k: int, repeats: int) -> None:
     """The verify batch of K+1 tokens vs the argmax that reads its logits."""
     target = pair.target
-    target.keep_prefix_of([])
+    target.reset()
     target.decode(prompt[:-1], "none")
     batch = [prompt[-1]] * (k + 1)
     verify: list[float] = []

@@ -152,9 +152,8 @@ class CostModel:
         larger batches come from a weighted least-squares line through every batch size of 2 or
         more. A line, not the per-size averages: one noisy sample must not make a size look so
         bad that it is never tried again, and a batch never gets cheaper with size."""
-        one = self.verify.get(1)
-        if n <= 1 and one is not None and one.known:
-            return one.value
+        if n <= 1 and self.plain_step_known:
+            return self.verify[1].value
         if self._fit is None:
             self._fit = self._fit_verify()
             if self._fit is None:
