@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -38,6 +39,9 @@ from .spec import split_info, split_parts
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
 SAME_MODEL_SIZE_RATIO = 0.9
+# A layer's digest names its blob file: only a sha256 can (`sha256:<hex>`, or `sha256-<hex>`, the
+# file's own spelling, which the scan has always accepted). Anything else could be a path.
+_OLLAMA_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 _MAX_SCAN_DEPTH = 6  # LM Studio and user folders: publisher/repo/file is depth 3
 
 
@@ -255,8 +259,10 @@ def _ollama_files() -> Iterator[tuple[Path, str, str]]:
             for layer in layers if isinstance(layers, list) else []:
                 if not isinstance(layer, dict) or layer.get("mediaType") != OLLAMA_MODEL_LAYER:
                     continue
-                digest = str(layer.get("digest", ""))
-                blob = root / "blobs" / digest.replace(":", "-")
+                digest = _OLLAMA_DIGEST.fullmatch(str(layer.get("digest", "")))
+                if digest is None:
+                    continue  # not a blob Ollama could have written: no model of ours
+                blob = root / "blobs" / f"sha256-{digest.group(1)}"
                 if blob.is_file():
                     yield blob, "ollama", _ollama_name(*rel)
 

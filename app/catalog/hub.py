@@ -16,6 +16,11 @@ read_gguf's truncation check runs on it, so llama.cpp is never handed a partial 
 
 The network read runs on a helper thread feeding a small queue, so a cancel is noticed within
 0.1 s even while the connection is stalled.
+
+The server is not trusted: its commit must be a commit hash, an ETag that is not a hash only
+names the blob through its sha256, every cache path is checked to stay in the repository folder,
+a body longer than the announced size is cut off, and bad addresses and redirect loops are
+one-line errors.
 """
 
 from __future__ import annotations
@@ -33,15 +38,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from app import __version__
 from app.engine.errors import ModelFileError, TandemError
 from app.engine.gguf_file import read_gguf
 
 from .hub_cache import (
+    COMMIT_RE,
+    DEFAULT_ENDPOINT,
     cached_part,
     hub_cache_dir,
     hub_endpoint,
+    inside,
     link_snapshot,
     offline_mode,
     repo_folder,
@@ -63,8 +72,8 @@ READ_TIMEOUT_S = 30.0
 MAX_RETRIES = 5  # consecutive failures without progress before giving up (partial kept)
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 8.0)
 DISK_MARGIN_BYTES = 64 * 2**20  # keep this much free beyond the download itself
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 class DownloadError(TandemError):
@@ -73,6 +82,10 @@ class DownloadError(TandemError):
 
 class DownloadCancelled(DownloadError):
     """The cancel event was set. The partial file is kept and the next call resumes it."""
+
+
+class _Oversized(DownloadError):
+    """The server sent more bytes than it announced; the partial file is not worth keeping."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +147,9 @@ class _Remote:
 
     repo_id: str
     filename: str
-    commit: str
-    etag: str
+    commit: str  # 40 lowercase hex digits (checked): the snapshot folder's name
+    etag: str  # lowercased when it is a hash (the checksum to compare), else as the server sent it
+    blob: str  # the blob's file name: the ETag if it is a hash, else a sha256 of it
     size: int | None
     url: str  # resolve URL at the commit, so every retry fetches the very same bytes
 
@@ -201,8 +215,13 @@ def _ensure(
     return paths
 
 
+def _blob_path(cache: Path, r: _Remote, suffix: str = "") -> Path:
+    folder = repo_folder(r.repo_id, cache)
+    return inside(folder, folder / "blobs" / f"{r.blob}{suffix}")
+
+
 def _incomplete_path(cache: Path, r: _Remote) -> Path:
-    return repo_folder(r.repo_id, cache) / "blobs" / f"{r.etag}.incomplete"
+    return _blob_path(cache, r, ".incomplete")
 
 
 def _token_present() -> bool:
@@ -225,7 +244,7 @@ def _head(f: ModelFile, filename: str) -> _Remote:
         RevisionNotFoundError,
     )
 
-    endpoint = hub_endpoint()
+    endpoint = _checked_endpoint()
     page = f"{endpoint}/{f.repo_id}"
     url = hf_hub_url(f.repo_id, filename, revision="main", endpoint=endpoint)
     try:
@@ -269,10 +288,20 @@ def _head(f: ModelFile, filename: str) -> _Remote:
             f"offline mode (HF_HUB_OFFLINE) is on and {f.repo_id}/{filename} is not in the Hugging Face "
             "cache. Connect and unset HF_HUB_OFFLINE to download it."
         ) from None
+    except _http.TooManyRedirects:
+        raise DownloadError(
+            f"{endpoint} redirects {f.repo_id}/{filename} in a loop; "
+            "check HF_ENDPOINT and any proxy settings."
+        ) from None
     except (_http.TransportError, OSError) as exc:
         raise DownloadError(
             f"cannot reach {endpoint} ({_reason(exc)}). Check your connection, or set HF_HUB_OFFLINE=1 "
             "to use only models already downloaded."
+        ) from None
+    except (_http.RequestError, _http.InvalidURL, ValueError) as exc:  # e.g. a malformed redirect
+        raise DownloadError(
+            f"{endpoint} answered for {f.repo_id}/{filename} with something Tandem cannot follow "
+            f"({_reason(exc)}); check HF_ENDPOINT and any proxy settings."
         ) from None
     if not meta.commit_hash or not meta.etag:
         raise DownloadError(
@@ -280,8 +309,44 @@ def _head(f: ModelFile, filename: str) -> _Remote:
             f"(no commit or ETag for {f.repo_id}/{filename}); "
             "check HF_ENDPOINT and any proxy settings."
         )
-    pinned = hf_hub_url(f.repo_id, filename, revision=meta.commit_hash, endpoint=endpoint)
-    return _Remote(f.repo_id, filename, meta.commit_hash, meta.etag, meta.size, pinned)
+    commit = meta.commit_hash.lower()
+    if not COMMIT_RE.fullmatch(commit):
+        # It names the snapshot folder: anything but a commit hash could lead out of the cache.
+        raise DownloadError(
+            f"{endpoint} sent an invalid X-Repo-Commit header {meta.commit_hash[:80]!r} for "
+            f"{f.repo_id}/{filename} (a commit is 40 hex digits); check HF_ENDPOINT and any proxy settings."
+        )
+    etag, blob = _etag_and_blob_name(meta.etag)
+    pinned = hf_hub_url(f.repo_id, filename, revision=commit, endpoint=endpoint)
+    return _Remote(f.repo_id, filename, commit, etag, blob, meta.size, pinned)
+
+
+def _checked_endpoint() -> str:
+    """HF_ENDPOINT, if it is an http(s) URL with a host: anything else is a setup mistake to name,
+    not a network failure to retry (and some would crash the HTTP client)."""
+    endpoint = hub_endpoint()
+    try:
+        parts = urlsplit(endpoint)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        usable = False
+    if not usable:
+        raise DownloadError(
+            f"HF_ENDPOINT is not a usable address ({os.environ.get('HF_ENDPOINT', '')!r}): "
+            f"set it to an http(s) URL such as {DEFAULT_ENDPOINT}, or unset it."
+        )
+    return endpoint
+
+
+def _etag_and_blob_name(etag: str) -> tuple[str, str]:
+    """(the ETag to verify against, the blob's file name). The hub's ETags are a sha256 (LFS) or a
+    git sha1; any other header value (a mirror's own, or a hostile path) never becomes a path
+    itself: its sha256 names the blob, and the download is only checked by size."""
+    low = etag.lower()
+    if _HEX64.fullmatch(low) or _HEX40.fullmatch(low):
+        return low, low
+    return etag, hashlib.sha256(etag.encode()).hexdigest()
 
 
 def _gated_message(repo_id: str, page: str, status: int) -> str:
@@ -339,9 +404,9 @@ class _Meter:
 
 def _hasher_for(etag: str, size: int | None) -> Any:
     """The hub's ETag is the sha256 of an LFS file, or the git blob sha1 of a small file."""
-    if _HEX64.match(etag):
+    if _HEX64.fullmatch(etag):
         return hashlib.sha256()
-    if _HEX40.match(etag) and size is not None:
+    if _HEX40.fullmatch(etag) and size is not None:
         h = hashlib.sha1(usedforsecurity=False)
         h.update(b"blob %d\0" % size)
         return h
@@ -350,7 +415,7 @@ def _hasher_for(etag: str, size: int | None) -> Any:
 
 def _fetch(cache: Path, r: _Remote, report: ProgressCallback, cancel: threading.Event | None) -> None:
     folder = repo_folder(r.repo_id, cache)
-    blob = folder / "blobs" / r.etag
+    blob = _blob_path(cache, r)
 
     def reuse_blob() -> bool:
         """The same bytes are already cached (another file name or commit, or another process
@@ -365,13 +430,13 @@ def _fetch(cache: Path, r: _Remote, report: ProgressCallback, cancel: threading.
     if reuse_blob():
         return
     blob.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = cache / ".locks" / folder.name / f"{r.etag}.lock"
+    lock_path = inside(cache, cache / ".locks" / folder.name / f"{r.blob}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(lock_path, cancel):
         if reuse_blob():
             return
         blob.unlink(missing_ok=True)  # a blob of the wrong size is not this file
-        incomplete = blob.with_name(f"{r.etag}.incomplete")
+        incomplete = _incomplete_path(cache, r)
         meter = _download_to(incomplete, r, report, cancel)
         os.replace(incomplete, blob)  # only now, verified, does the file enter the cache
         link_snapshot(folder, r.commit, r.filename, blob)
@@ -415,6 +480,29 @@ def _download_to(path: Path, r: _Remote, report: ProgressCallback, cancel: threa
     if r.size is not None and state.offset > r.size:
         path.unlink()  # longer than the file: not a prefix of it
         state.offset = 0
+    try:
+        meter = _receive(path, r, state, report, cancel)
+    except _Oversized:
+        path.unlink(missing_ok=True)  # the server is not sending this file: keep nothing of it
+        raise
+    if r.size is not None and state.offset != r.size:
+        raise DownloadError(f"{r.filename}: got {state.offset:,} bytes, the hub said {r.size:,}")
+    if state.hasher is not None:
+        got = state.hasher.hexdigest()
+        if got != r.etag:
+            path.unlink(missing_ok=True)
+            raise DownloadError(
+                f"checksum mismatch for {r.repo_id}/{r.filename}: "
+                f"the hub says {r.etag}, the download is {got}. "
+                "The damaged file was deleted; run the download again."
+            )
+    return meter
+
+
+def _receive(
+    path: Path, r: _Remote, state: _State, report: ProgressCallback, cancel: threading.Event | None
+) -> _Meter:
+    """Append the rest of the file to `path`, retrying dropped connections from where they stopped."""
     with path.open("ab") as fh:
         if state.offset and state.hasher is not None:
             _hash_existing(path, state.offset, state.hasher, cancel)
@@ -445,17 +533,6 @@ def _download_to(path: Path, r: _Remote, report: ProgressCallback, cancel: threa
                 )
             if cancel is None and delay:
                 time.sleep(delay)
-    if r.size is not None and state.offset != r.size:
-        raise DownloadError(f"{r.filename}: got {state.offset:,} bytes, the hub said {r.size:,}")
-    if state.hasher is not None:
-        got = state.hasher.hexdigest()
-        if got != r.etag:
-            path.unlink(missing_ok=True)
-            raise DownloadError(
-                f"checksum mismatch for {r.repo_id}/{r.filename}: "
-                f"the hub says {r.etag}, the download is {got}. "
-                "The damaged file was deleted; run the download again."
-            )
     return meter
 
 
@@ -475,6 +552,13 @@ def _hash_existing(path: Path, length: int, hasher: Any, cancel: threading.Event
 
 class _Retryable(Exception):
     """A network failure worth another try (with a Range request from where we are)."""
+
+
+_BAD_LOCATION = "Invalid URL in location header"  # httpx's message for an unparsable redirect
+
+
+class _Unfollowable(Exception):
+    """An answer no retry can fix: a redirect loop, or a redirect to an address that is not one."""
 
 
 def _stream(fh: Any, r: _Remote, state: _State, meter: _Meter, cancel: threading.Event | None) -> bool:
@@ -518,6 +602,13 @@ def _stream(fh: Any, r: _Remote, state: _State, meter: _Meter, cancel: threading
                 ):
                     raise _Retryable(f"the server sent the wrong range ({content_range})")
             elif kind == "data":
+                if r.size is not None and state.offset + len(item) > r.size:
+                    # Stop before writing: a server that keeps sending must not fill the disk.
+                    raise _Oversized(
+                        f"the server sent more than the {r.size:,} bytes the hub announced for "
+                        f"{r.repo_id}/{r.filename}, so the download was stopped and its partial file "
+                        "deleted; try again later or check HF_ENDPOINT."
+                    )
                 try:
                     fh.write(item)
                 except OSError as exc:
@@ -531,6 +622,11 @@ def _stream(fh: Any, r: _Remote, state: _State, meter: _Meter, cancel: threading
                 meter.add(len(item))
             elif kind == "end":
                 return True
+            elif kind == "error" and isinstance(item, _Unfollowable):
+                raise DownloadError(
+                    f"cannot download {r.repo_id}/{r.filename}: {item}; "
+                    "check HF_ENDPOINT and any proxy settings."
+                )
             elif kind == "error":
                 raise item
     finally:
@@ -581,7 +677,22 @@ def _reader(
                 if stop.is_set() or not put("data", chunk):
                     return
         put("end", None)
-    except _http.TransportError as exc:  # dropped connection, timeout, refused...
-        put("error", _Retryable(_reason(exc)))
+    except (_http.RequestError, _http.InvalidURL) as exc:  # dropped, refused, timed out, redirected...
+        put("error", _network_failure(exc))
     except Exception as exc:  # anything else reaches the caller, not a silent thread death
         put("error", exc)
+
+
+def _network_failure(exc: Exception) -> Exception:
+    """What a failed GET calls for: another try (_Retryable), or none can help (_Unfollowable)."""
+    if isinstance(exc, _http.TooManyRedirects):
+        return _Unfollowable("the server redirects it in a loop")
+    # httpx reports a malformed Location header as a protocol error, as it does a dropped
+    # connection: only the message tells them apart (if it changes, the bad redirect is retried,
+    # then reported as failing, still in one line).
+    bad_location = isinstance(exc, _http.RemoteProtocolError) and str(exc).startswith(_BAD_LOCATION)
+    if bad_location or isinstance(exc, (_http.UnsupportedProtocol, _http.InvalidURL)):
+        return _Unfollowable(f"the server redirected it to an unusable address ({_reason(exc)})")
+    if isinstance(exc, _http.TransportError):
+        return _Retryable(_reason(exc))
+    return _Unfollowable(f"its answer cannot be read ({_reason(exc)})")

@@ -4,31 +4,42 @@ Tandem stores downloads in huggingface_hub's own cache layout, so a file fetched
 found by `hf`, transformers, llama.cpp's `-hf` and LM Studio imports, and the other way round:
 
     <cache>/models--<owner>--<name>/
-        blobs/<etag>                  the file's bytes (etag = sha256 for LFS files)
+        blobs/<etag>                  the file's bytes (etag = sha256 for LFS files; an ETag
+                                      that is no hash is named by its own sha256)
         blobs/<etag>.incomplete       a download in progress (Tandem resumes it)
         snapshots/<commit>/<filename> -> ../../blobs/<etag>
         refs/main                     the commit `main` pointed to when last fetched
 
 Settings are read from the environment on every call (not once at import, as
 huggingface_hub's constants are), so a TUI or a test can change HF_HUB_CACHE at run time.
+
+Commits and ETags come from the server (whatever HF_ENDPOINT points at): every path built from
+them is checked to stay inside its repository folder (`inside`), as huggingface_hub checks its
+own pointer paths, so a hostile answer cannot write, replace or delete a file elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from app.engine.errors import ModelFileError
+from app.engine.errors import ModelFileError, TandemError
 from app.engine.gguf_file import read_gguf
 
 from .spec import ModelFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _TRUE = {"1", "on", "yes", "true"}
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")  # a git commit hash, the only snapshot folder name
+
+
+class CachePathError(TandemError):
+    """A name from the hub (or a damaged cache) would put a path outside its repository folder."""
 
 
 def hub_cache_dir() -> Path:
@@ -63,11 +74,27 @@ def repo_folder(repo_id: str, cache: Path | None = None) -> Path:
     return (cache or hub_cache_dir()) / ("models--" + repo_id.replace("/", "--"))
 
 
+def inside(root: Path, path: Path) -> Path:
+    """`path`, if it lies strictly inside `root` once `.` and `..` are resolved; else CachePathError.
+    A check on the names, like huggingface_hub's pointer-path check: the names come from the
+    network, and a folder the user symlinked elsewhere (blobs on another disk) stays usable."""
+    top, real = os.path.abspath(root), os.path.abspath(path)
+    if real == top or os.path.commonpath([top, real]) != top:
+        raise CachePathError(
+            f"refusing to use {path}: it lies outside {root} "
+            "(a bad answer from HF_ENDPOINT or a damaged cache)."
+        )
+    return path
+
+
 def _read_ref(folder: Path, revision: str = "main") -> str | None:
+    """The commit refs/<revision> names; None unless it is a commit hash (a ref written from a
+    hostile answer by an older version must not lead out of the snapshots folder)."""
     try:
-        return (folder / "refs" / revision).read_text().strip() or None
-    except OSError:
+        commit = inside(folder / "refs", folder / "refs" / revision).read_text().strip()
+    except (OSError, CachePathError):
         return None
+    return commit if COMMIT_RE.fullmatch(commit) else None
 
 
 def cached_part(repo_id: str, filename: str, cache: Path | None = None) -> Path | None:
@@ -127,23 +154,50 @@ def local_file(f: ModelFile) -> Path | None:
 
 
 def link_snapshot(folder: Path, commit: str, filename: str, blob: Path, revision: str = "main") -> Path:
-    """Point snapshots/<commit>/<filename> at the blob and record refs/<revision> = commit."""
-    pointer = folder / "snapshots" / commit / filename
+    """Point snapshots/<commit>/<filename> at the blob and record refs/<revision> = commit.
+    Safe to run from several processes at once for the same file (see `_link`)."""
+    if not COMMIT_RE.fullmatch(commit):
+        raise CachePathError(f"refusing to link {filename}: {commit[:80]!r} is not a commit (40 hex digits).")
+    snapshot = folder / "snapshots" / commit
+    pointer = inside(snapshot, snapshot / filename)
+    inside(folder / "blobs", blob)
     pointer.parent.mkdir(parents=True, exist_ok=True)
-    if pointer.is_symlink() or pointer.exists():
-        pointer.unlink()
-    try:
-        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
-    except OSError:
-        # No symlinks (Windows without developer mode): huggingface_hub then keeps the bytes in
-        # the snapshot itself; do the same.
-        shutil.move(str(blob), pointer)
+    if not _links_to(pointer, blob):
+        _link(pointer, blob)
     write_ref(folder, revision, commit)
     return pointer
 
 
+def _links_to(pointer: Path, blob: Path) -> bool:
+    """The pointer is already a symlink to this blob (another process linked it first)."""
+    try:
+        return pointer.is_symlink() and os.path.samefile(pointer, blob)
+    except OSError:
+        return False
+
+
+def _link(pointer: Path, blob: Path) -> None:
+    """Make `pointer` a symlink to `blob` in one step. The link is made under a unique name and
+    renamed over the pointer: unlinking and re-creating it in place races with another process
+    doing the same (its link lands in between, ours then fails), and the pointer is never missing."""
+    tmp = pointer.with_name(f".{pointer.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.symlink_to(os.path.relpath(blob, pointer.parent))
+    except OSError:
+        # No symlinks (Windows without developer mode, exFAT): huggingface_hub then keeps the
+        # bytes in the snapshot itself; do the same. (A unique name cannot exist already, so this
+        # is never a lost race.)
+        shutil.move(str(blob), pointer)
+        return
+    try:
+        os.replace(tmp, pointer)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_ref(folder: Path, revision: str, commit: str) -> None:
-    ref = folder / "refs" / revision
+    ref = inside(folder / "refs", folder / "refs" / revision)
     ref.parent.mkdir(parents=True, exist_ok=True)
     if _read_ref(folder, revision) == commit:
         return

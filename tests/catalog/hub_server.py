@@ -7,7 +7,9 @@ X-Linked-Etag (the sha256 of LFS files), X-Linked-Size and Content-Length, Range
 EntryNotFound, RevisionNotFound, GatedRepo with 401 without a token and 403 with a refused one).
 
 Test knobs: drop the connection after N body bytes (a number of times), serve corrupted
-bytes under the right checksum, slow down the body, or claim a huge size. Loopback only
+bytes under the right checksum, slow down the body, or claim a huge size. Hostile knobs (what a
+malicious or broken HF_ENDPOINT could answer): any X-Repo-Commit or ETag header, bytes past the
+announced size, a redirect loop, a redirect to an unusable address. Loopback only
 (127.0.0.1, a free port), and a watchdog stops the server by itself if a test forgets.
 Every request is logged (method, path, Range, Authorization) for assertions.
 """
@@ -39,6 +41,13 @@ class HubFile:
     errors_left: int = 0  # answer this many GETs of the body with `error_status`...
     error_status: int = 500  # ...a server error, as the hub's CDN sometimes does
     errors_on_resume_only: bool = False  # only GETs with a Range header fail
+    # Hostile answers (all off by default):
+    commit_header: str | None = None  # sent as X-Repo-Commit instead of the real commit
+    etag_header: str | None = None  # sent as ETag (and X-Linked-Etag) instead of the file's hash
+    overrun_bytes: int = 0  # a GET sends this many zero bytes after the file's last byte...
+    overrun_announced: bool = False  # ...in a body its Content-Length covers, else one ended by closing
+    redirect_loop: tuple[str, ...] = ()  # these methods ("HEAD", "GET") redirect to the same URL
+    redirect_get_to: str | None = None  # a GET redirects here (e.g. an address no client can fetch)
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.command, unquote(self.path), self.headers.get("Range"), self.headers.get("Authorization")
             )
         )
-        parts = unquote(self.path.split("?", 1)[0]).lstrip("/").split("/")
+        # Split before unquoting, so a revision with an encoded "/" stays one part.
+        parts = [unquote(p) for p in self.path.split("?", 1)[0].lstrip("/").split("/")]
         if len(parts) < 5 or parts[2] != "resolve":
             self._error(404, None, "Not found")
             return
@@ -172,13 +182,18 @@ class _Handler(BaseHTTPRequestHandler):
                     commit,
                 )
                 return
-        if revision not in ("main", commit):
+        f = hub.files.get((repo_id, filename))
+        if revision not in ("main", commit) and (f is None or revision != f.commit_header):
             self._error(404, "RevisionNotFound", "Invalid rev id", commit)
             return
-        f = hub.files.get((repo_id, filename))
         if f is None:
             self._error(404, "EntryNotFound", f"{filename} does not exist", commit)
             return
+        if self.command in f.redirect_loop or (body and f.redirect_get_to):
+            self._redirect(f.redirect_get_to if body and f.redirect_get_to else self.path)
+            return
+        if f.commit_header is not None:
+            commit = f.commit_header
 
         if body:
             with hub._lock:
@@ -203,6 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
         size = f.claimed_size if (f.claimed_size and not body) else f.size
         etag = f.sha256 if f.lfs else hashlib.sha1(b"blob %d\0" % f.size + f.path.read_bytes()).hexdigest()
+        if f.etag_header is not None:
+            etag = f.etag_header
+        overrun = f.overrun_bytes if body else 0
         self.send_response(status)
         self.send_header("X-Repo-Commit", commit)
         self.send_header("ETag", f'"{etag}"')
@@ -211,7 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("X-Linked-Size", str(size))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(size - start))
+        if overrun and not f.overrun_announced:
+            self.send_header("Connection", "close")  # no length: the body ends when the server closes
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(size - start + overrun))
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{f.size - 1}/{f.size}")
         self.end_headers()
@@ -249,3 +271,20 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += len(chunk)
                 if f.chunk_delay_s:
                     time.sleep(f.chunk_delay_s)
+        self._send_zeros(overrun)
+
+    def _send_zeros(self, n: int) -> None:
+        """The bytes a hostile server keeps sending after the end of the file."""
+        zeros = bytes(CHUNK)
+        while n > 0:
+            try:
+                self.wfile.write(zeros[: min(n, CHUNK)])
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client stopped reading, as it should
+            n -= CHUNK
+
+    def _redirect(self, location: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
