@@ -3,20 +3,62 @@
 Templates are Jinja2 written for Hugging Face transformers; we render them the same way
 (sandboxed, trim_blocks/lstrip_blocks, `raise_exception`, `strftime_now`, a `tojson` that
 keeps non-ASCII text) so that the prompt matches what the model was trained on.
+
+A template is code from whoever made the GGUF, and the app renders it in a worker thread while
+it holds the model pair's lock. The sandbox stops it from touching anything outside; on top of
+that a render is bounded, so a hostile or broken template costs one ChatTemplateError (the user
+can go on with --raw) and never a crash, a prompt of gigabytes or a hang:
+
+* size: the text a render builds, as output or in between, is limited to MAX_OUTPUT_CHARS plus
+  four times the conversation's own characters. The checks run before the big operations
+  (`*`, `**`, `+`, `~`, joining a macro's output), so a size bomb is refused before it is built.
+* time: RENDER_SECONDS, checked between pieces of output and, compiled into the template, at
+  the start of every block (each loop iteration, each macro call), so loops that write
+  nothing are stopped too.
+* anything that still goes wrong (RecursionError, MemoryError, OverflowError, any exception)
+  becomes a ChatTemplateError.
+
+What stays out of reach in-process: a template that prints a structure it built by nesting
+literal lists of references (each level multiplying the size) can still make one C-level call
+(`str()` of it) that runs out of memory; Python's MemoryError is caught, the OS's OOM killer is
+not. Real chat templates never do any of this.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Generator, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import jinja2
+import jinja2.runtime
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.nodes import Node
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import TandemError
+
+# A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
+# adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small
+# enough that building it is harmless (tens of MB at most). The limit also grows with the
+# conversation (4 chars per input char): the whole saved chat is rendered before the oldest
+# turns are dropped to fit the context, and a long one must never be refused for its length.
+MAX_OUTPUT_CHARS = 8 * 1024 * 1024
+# Real templates render in well under a millisecond (SmolLM2's, a 20-message chat: 0.1 ms;
+# 100 messages: 0.5 ms); 2 s is thousands of times that, enough for a very long chat on a busy
+# machine, and short enough that a hung template does not look like a hung app.
+RENDER_SECONDS = 2.0
+# Integers in templates count messages and characters; a number of 65,536 bits (~20,000 digits)
+# is far beyond that, and arithmetic on it stays in microseconds (`**` on big numbers runs in C
+# where the time limit cannot stop it).
+_MAX_INT_BITS = 1 << 16
+
+_SEQUENCES = (str, bytes, list, tuple)
 
 
 @dataclass(frozen=True)
@@ -33,6 +75,20 @@ def _raise(message: str) -> None:
     raise ChatTemplateError(f"the model's chat template refused the conversation: {message}")
 
 
+def _failed(reason: str) -> ChatTemplateError:
+    return ChatTemplateError(
+        f"the model's chat template could not be rendered ({reason}); use --raw to send the "
+        "prompt as plain text"
+    )
+
+
+def _sentence(text: str) -> str:
+    """The first sentence of an exception's message, on one line (errors are one sentence)."""
+    line = " ".join(text.split())
+    first = line.split(". ", 1)[0].rstrip(".")
+    return first if len(first) <= 200 else first[:199] + "…"
+
+
 def _tojson(
     x: Any,
     ensure_ascii: bool = False,
@@ -43,13 +99,163 @@ def _tojson(
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-_env = ImmutableSandboxedEnvironment(
-    trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-)
+# ---------------------------------------------------------------------- size
+# The current render's size limit (it depends on the conversation). A context variable, so
+# renders in two threads each see their own.
+_limit: ContextVar[int] = ContextVar("chat_template_limit", default=MAX_OUTPUT_CHARS)
+
+
+def _too_large(limit: int) -> ChatTemplateError:
+    return _failed(f"it builds text larger than {limit:,} characters")
+
+
+def _weight(value: Any, budget: int) -> int:
+    """About how many characters `value` becomes as text: the length of its strings plus one per
+    item of a list, tuple or dict, counted through nested ones (`[big] * 1000` is 1000 bigs).
+    Counting stops once past `budget`, so the check costs at most that many steps."""
+    if isinstance(value, (str, bytes)):  # the common case, without the loop
+        return len(value)
+    total = 0
+    pending = [value]
+    while pending and total <= budget:
+        item = pending.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, (list, tuple)):
+            total += len(item)
+            if total <= budget:
+                pending.extend(item)
+        elif isinstance(item, dict):
+            total += len(item)
+            if total <= budget:
+                pending.extend(item.keys())
+                pending.extend(item.values())
+        else:
+            total += 1
+    return total
+
+
+def _check_binop(operator: str, left: Any, right: Any) -> None:
+    """Refuse an operation whose result would be too large, before Python builds it."""
+    limit = _limit.get()
+    if operator == "+":
+        sequences = isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES)
+        if sequences and _weight(left, limit) + _weight(right, limit) > limit:
+            raise _too_large(limit)
+    elif operator == "*":
+        if isinstance(left, int) and isinstance(right, int):
+            if left.bit_length() + right.bit_length() > _MAX_INT_BITS:
+                raise _failed(f"it computes a number of more than {_MAX_INT_BITS:,} bits")
+            return
+        seq, times = (left, right) if isinstance(right, int) else (right, left)
+        repeated = isinstance(seq, _SEQUENCES) and isinstance(times, int) and times > 0
+        if repeated and _weight(seq, limit // times) * times > limit:
+            raise _too_large(limit)
+    elif operator == "**":
+        huge = isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+        if huge and abs(left).bit_length() * right > _MAX_INT_BITS:
+            raise _failed(f"it computes a number of more than {_MAX_INT_BITS:,} bits")
+
+
+def _bounded_str_join(seq: Iterable[Any]) -> str:
+    """Jinja's `~` operator (its runtime's str_join), refusing a result over the limit before it
+    is built: `{% set ns.s = ns.s ~ ns.s %}` in a loop doubles the text at each step."""
+    parts = list(seq)
+    limit = _limit.get()
+    if _weight(parts, limit) > limit:
+        raise _too_large(limit)
+    return "".join(map(str, parts))
+
+
+def _bounded_concat(parts: Iterable[str]) -> str:
+    """Joins a macro's or a `{% set %}` block's output: a macro can repeat a large text many
+    times by reference, and the join would build all of it at once."""
+    chunks = parts if isinstance(parts, list) else list(parts)
+    limit = _limit.get()
+    if sum(map(len, chunks)) > limit:
+        raise _too_large(limit)
+    return "".join(chunks)
+
+
+# ---------------------------------------------------------------------- time
+# The current render's deadline (time.monotonic()), per thread like _limit.
+_deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=float("inf"))
+
+
+def _too_slow() -> ChatTemplateError:
+    return _failed(f"it ran for more than {RENDER_SECONDS:g} s")
+
+
+class _TickingCodeGenerator(CodeGenerator):
+    """Compiles every block of a template (each loop iteration, each macro call, each branch
+    taken) to start with `environment.tick()`, which stops a render past its deadline.
+
+    Everything that can repeat in a template goes through a block (Jinja has no other loop or
+    recursion), so nested loops that write nothing are stopped too. A check compiled into the
+    template costs one short call per block, ~0.1 us; a sys.settrace line tracer (tried first)
+    made rendering 8-10 times slower (SmolLM2's template, 100 messages: 0.26 -> 2.8 ms), since
+    every frame in the thread then runs traced, and it would displace a debugger's tracer."""
+
+    def blockvisit(self, nodes: Iterable[Node], frame: Frame) -> None:
+        self.writeline("environment.tick()")
+        super().blockvisit(nodes, frame)
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    # The operators that can build a large value from small ones. Intercepted operators are
+    # also never folded at compile time, so a constant bomb is not built while compiling.
+    intercepted_binops = frozenset({"*", "**", "+"})
+    code_generator_class = _TickingCodeGenerator
+    concat = staticmethod(_bounded_concat)
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        _check_binop(operator, left, right)
+        return self.binop_table[operator](left, right)
+
+    @staticmethod
+    def tick() -> None:
+        if time.monotonic() > _deadline.get():
+            raise _too_slow()
+
+
+# ---------------------------------------------------------------------- rendering
+_env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
 _env.filters["tojson"] = _tojson
 _env.globals["raise_exception"] = _raise
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 _compiled: dict[str, jinja2.Template] = {}
+
+
+def _compile(template: str) -> jinja2.Template:
+    compiled = _env.from_string(template)
+    # `~` compiles to a call of the name str_join in the template's module namespace.
+    namespace = getattr(compiled.root_render_func, "__globals__", None)
+    if isinstance(namespace, dict) and namespace.get("str_join") is jinja2.runtime.str_join:
+        namespace["str_join"] = _bounded_str_join
+    return compiled
+
+
+def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, Any]) -> str:
+    """Template.render, checking the output's size and the time between its pieces."""
+    deadline = time.monotonic() + RENDER_SECONDS
+    token = _deadline.set(deadline)
+    chunks: list[str] = []
+    size = 0
+    stream = compiled.generate(variables)
+    try:
+        for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            if time.monotonic() > deadline:
+                raise _too_slow()
+            chunks.append(chunk)
+    finally:
+        if isinstance(stream, Generator):  # stopped early: end the template's code now
+            stream.close()
+        _deadline.reset(token)
+    # The same "".join as Template.render: the output is byte-identical.
+    return "".join(chunks)
 
 
 def render_chat(
@@ -60,20 +266,35 @@ def render_chat(
     eos_token: str,
     add_generation_prompt: bool = True,
 ) -> str:
+    """The conversation as the model's chat template writes it. Raises ChatTemplateError (one
+    sentence, naming --raw) for any template that fails, is too slow or builds too much."""
+    given = sum(len(m.role) + len(m.content) for m in messages) + len(bos_token) + len(eos_token)
+    limit = MAX_OUTPUT_CHARS + 4 * given
+    token = _limit.set(limit)
     try:
         compiled = _compiled.get(template)
         if compiled is None:
-            compiled = _compiled[template] = _env.from_string(template)
-        return compiled.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-        )
+            compiled = _compiled[template] = _compile(template)
+        variables = {
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "bos_token": bos_token,
+            "eos_token": eos_token,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        return _render_bounded(compiled, limit, variables)
     except ChatTemplateError:
         raise
+    except jinja2.TemplateSyntaxError as exc:
+        raise _failed(f"line {exc.lineno}: {_sentence(exc.message or 'syntax error')}") from exc
     except jinja2.TemplateError as exc:
-        raise ChatTemplateError(
-            f"the model's chat template could not be rendered ({exc}); use --raw to send the "
-            "prompt as plain text"
-        ) from exc
+        raise _failed(_sentence(str(exc))) from exc
+    except RecursionError as exc:
+        raise _failed("it nests or calls itself too deeply") from exc
+    except MemoryError as exc:
+        raise _failed("it ran out of memory") from exc
+    except OverflowError as exc:
+        raise _failed(f"a number or range in it is too large: {_sentence(str(exc))}") from exc
+    except Exception as exc:  # anything a template can raise: a broken template is not our bug
+        raise _failed(f"{type(exc).__name__}: {_sentence(str(exc))}") from exc
+    finally:
+        _limit.reset(token)

@@ -15,14 +15,15 @@ Both are saved per pair in the user data directory, so a measured figure survive
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from app.engine import ModelPair
 from app.engine.costs import measure_costs
-from app.ui.storage import read_json, write_json
+from app.ui.storage import read_json, update_json
 
 CALIBRATION_REPS = 9
 # Timing happens after a prompt of this many tokens: a typical chat turn's position.
@@ -48,10 +49,12 @@ class SpeedReference:
         try:
             tps = float(d["tokens_per_s"])
             source = d["source"]
-            if tps <= 0 or source not in ("estimate", "measured"):
+            when = float(d.get("when") or 0.0)
+            # A hand edit or another tool can write Infinity, NaN or 1e999: not a speed.
+            if not (0 < tps < math.inf and math.isfinite(when)) or source not in ("estimate", "measured"):
                 return None
-            return cls(tps, source, str(d.get("how") or source), float(d.get("when") or 0.0))
-        except (KeyError, TypeError, ValueError):
+            return cls(tps, source, str(d.get("how") or source), when)
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
 
 
@@ -69,9 +72,16 @@ class SpeedStore:
         return SpeedReference.from_json(self._all().get(key))
 
     def put(self, key: str, ref: SpeedReference) -> None:
-        data = self._all()
-        data[key] = asdict(ref)
-        write_json(self.path, data)
+        """Save `ref` for `key`, keeping the other pairs' figures, also those another instance
+        of the app saves at the same moment. Raises OSError when speeds.json cannot be read or
+        written (it is then left as it was)."""
+
+        def change(data: Any) -> dict[str, Any]:
+            new: dict[str, Any] = dict(data) if isinstance(data, dict) else {}
+            new[key] = asdict(ref)
+            return new
+
+        update_json(self.path, change)
 
 
 def calibrate(pair: ModelPair, reps: int = CALIBRATION_REPS) -> SpeedReference:

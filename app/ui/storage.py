@@ -4,7 +4,9 @@ Settings live in the user config directory (TOML); conversations, the last pair 
 measured speeds live in the user data directory (JSON). Both come from platformdirs, so on
 Linux XDG_CONFIG_HOME / XDG_DATA_HOME move them (the tests and the tmux trials do that).
 Every write goes to a temporary file in the same directory and is renamed over the old one:
-a crash or a full disk never leaves a half-written file behind.
+a crash or a full disk never leaves a half-written file behind. Files that two instances of the
+app both update (the last pair used, the measured speeds) are changed under a file lock, so
+neither loses the other's update.
 """
 
 from __future__ import annotations
@@ -12,13 +14,18 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import platformdirs
+from filelock import FileLock
 
 APP_NAME = "tandem"
+# The lock is held for one read and one small write (milliseconds); waiting longer than this
+# means the file system hangs, and the caller gets an OSError (filelock.Timeout is one).
+LOCK_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -79,5 +86,28 @@ def read_json(path: Path) -> Any | None:
     the app; the caller decides how to keep it (conversations are moved aside as a backup)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond reason
         return None
+
+
+def update_json(path: Path, change: Callable[[Any], Any]) -> Any:
+    """Read `path`, apply `change`, write the result; returns what was written.
+
+    Two instances of the app can do this at the same moment: an inter-process lock
+    (`path` + ".lock") covers the read and the write, so each sees the other's update and none
+    is lost. `change` gets the parsed file, or None when it is missing or not valid JSON (a
+    damaged file is replaced, as a plain write always did). A file that exists but cannot be
+    read (permissions, an I/O error) raises OSError and is left as it was: writing without
+    having read it would drop what it holds.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
+        try:
+            current = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            current = None
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
+            current = None
+        new = change(current)
+        write_json(path, new)
+    return new
