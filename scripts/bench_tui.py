@@ -68,8 +68,8 @@ def tui_run(args: argparse.Namespace) -> dict[str, float]:
 def child(args: argparse.Namespace) -> None:
     """One chat turn in the app, headless; prints the answer's stats as JSON."""
     sys.path.insert(0, str(ROOT))
+    from app.session.pairs import PairRef
     from app.ui.app import TandemApp
-    from app.ui.session import PairRef
     from app.ui.settings import Settings, save_settings
     from app.ui.storage import AppDirs
 

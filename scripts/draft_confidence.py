@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
-from app.bench.replay import _ReplayCostModel, costs_from_report  # noqa: E402
+from app.bench.replay import ReplayCostModel, costs_from_report  # noqa: E402
 from app.bench.runner import run_once  # noqa: E402
 from app.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
 from app.engine.costs import MeasuredCosts  # noqa: E402
@@ -52,14 +52,14 @@ class ConfTrace:
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[ConfTrace]:
-    from app.cli.run_cmd import build_prompt
+    from app.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     assert pair.draft is not None
     cfg = GenerationConfig(max_tokens=max_tokens, sampler=SamplerSettings(temperature=0.0))
     traces = []
     for p in load_prompts([DEFAULT_PROMPTS]):
-        prompt = build_prompt(pair, p.text, raw=False, system=None)
+        prompt = text_prompt(pair, p.text)
         _, answer, _ = run_once(pair, prompt, cfg, False)
         d = pair.draft
         d.reset()
@@ -175,7 +175,7 @@ def main() -> int:
 
     slope = costs.v(13) - costs.v(12)  # one more verified token, in target steps
     step = (costs.c or 0.0) + slope
-    model = _ReplayCostModel(costs)
+    model = ReplayCostModel(costs)
 
     def plan_rate(alpha: float) -> float:
         # The best rate a fixed K would give at the plain α: the break-even for one more step.
@@ -207,7 +207,7 @@ def main() -> int:
     print(f"{'rule':20}" + "".join(f"{c[:8]:>9}" for c in [*cats, "overall"]))
     for name, (make, stop, p_min) in rules.items():
         # One pass to warm the long-run estimates (as the bench's warm-up and earlier prompts do).
-        model = _ReplayCostModel(costs)
+        model = ReplayCostModel(costs)
         cal = Calibration(prior=0.8)
         per: dict[str, list[float]] = {}
         for final in (False, True):

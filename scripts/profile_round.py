@@ -106,11 +106,11 @@ def main() -> int:
         import model_files
 
         target, draft = model_files.smollm2("F16"), model_files.smollm2_q4_1()
-    from app.cli.run_cmd import build_prompt
+    from app.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     try:
-        prompts = [build_prompt(pair, p, raw=False, system=None) for p in PROMPTS]
+        prompts = [text_prompt(pair, p) for p in PROMPTS]
         base = GenerationConfig(max_tokens=args.max_tokens, sampler=SamplerSettings(temperature=0.0))
         for _ in pair.generate(prompts[0], replace(base, max_tokens=16)):  # warm-up
             pass

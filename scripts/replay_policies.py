@@ -36,7 +36,7 @@ from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy  # no
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:
-    from app.cli.run_cmd import build_prompt
+    from app.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     base = GenerationConfig(max_tokens=max_tokens, sampler=SamplerSettings(temperature=0.0))
@@ -45,7 +45,7 @@ def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:
     for k in (12, 5):
         cfg = replace(base, drafter="model", adaptive=False, draft_max=k)
         for p in prompts:
-            tokens = build_prompt(pair, p.text, raw=False, system=None)
+            tokens = text_prompt(pair, p.text)
             stats, _, rounds = run_once(pair, tokens, cfg, True)
             traces.append(trace_from_rounds(p.category, rounds, stats.generated, stats.stop_reason == "eog"))
             print(f"recorded K={k} {p.category}: {stats.generated} tokens", file=sys.stderr)

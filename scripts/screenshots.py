@@ -28,10 +28,10 @@ async def shoot(target: Path, draft: Path, size: tuple[int, int]) -> None:
     from textual.widgets import Input
     from ui_helpers import send, wait_for, wait_ready
 
+    from app.session.pairs import PairRef
     from app.ui.app import TandemApp
     from app.ui.screens.demo import DemoScreen
     from app.ui.screens.picker import PickerScreen
-    from app.ui.session import PairRef
     from app.ui.settings import Settings, save_settings
     from app.ui.storage import AppDirs
 

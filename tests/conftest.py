@@ -1,16 +1,23 @@
-"""Shared fixtures: real GGUF models (see model_files.py) loaded once per test session."""
+"""Shared fixtures: real GGUF models (see model_files.py) loaded once per test session, a clean
+Hugging Face environment, and a local fake hub serving the tiny pair.
+
+The helper modules next to this file (model_files, hub_server, catalogs, ...) are importable
+from every test: pyproject.toml puts tests/ (and tests/ui/) on pytest's pythonpath.
+"""
 
 from __future__ import annotations
 
-import sys
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # read by huggingface_hub at import time
 
 import model_files
+from catalogs import TINY_CATALOG, TINY_REPO
+from hub_server import FakeHub
 
 from app.engine import LoadOptions, ModelPair
 
@@ -109,3 +116,30 @@ def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
     return cache
+
+
+@pytest.fixture
+def hub(hf_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """A local fake hub (it speaks the hub's file API) that HF_ENDPOINT points at; online."""
+    server = FakeHub(lifetime_s=300).start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def tiny_hub(hub: FakeHub, tiny_target: Path, tiny_draft: Path) -> FakeHub:
+    """The fake hub serving the tiny pair's two files (catalogs.TINY_CATALOG names them)."""
+    hub.add(TINY_REPO, "tiny-a.gguf", tiny_target)
+    hub.add(TINY_REPO, "tiny-a-draft.gguf", tiny_draft)
+    return hub
+
+
+@pytest.fixture
+def tiny_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user catalog with the pair `tiny` besides the built-in ones, through TANDEM_CATALOG."""
+    path = tmp_path / "my-pairs.toml"
+    path.write_text(TINY_CATALOG)
+    monkeypatch.setenv("TANDEM_CATALOG", str(path))
+    return path

@@ -133,6 +133,7 @@ def tiny_model(
     vocab_edit: str | None = None,
     n_embd: int = 64,
     n_layer: int = 2,
+    chat_template: bool = True,
 ) -> Path:
     """A small random-weight llama with SmolLM2's tokenizer (vocabulary 49152).
 
@@ -140,6 +141,7 @@ def tiny_model(
     random weights: a draft that agrees with that model part of the time.
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
     tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
+    chat_template=False: no `tokenizer.chat_template` (a base model).
     """
     out = CACHE / f"tiny-{name}.gguf"
     if out.exists():
@@ -207,7 +209,8 @@ def tiny_model(
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(str(tok["template"]))
+    if chat_template:
+        writer.add_chat_template(str(tok["template"]))
     for key, value in tensors.items():
         writer.add_tensor(key, value.astype(np.float32))
     writer.write_header_to_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ class BenchPrompt:
     text: str
 
 
-def load_prompts(paths: list[Path]) -> list[BenchPrompt]:
+def load_prompts(paths: Sequence[Path]) -> list[BenchPrompt]:
     """Prompts from files or folders (every *.jsonl / *.txt inside, sorted).
 
     JSONL: one object per line with "prompt" and optionally "category" (default: the file's
@@ -40,9 +41,24 @@ def load_prompts(paths: list[Path]) -> list[BenchPrompt]:
     return prompts
 
 
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TandemError(f"cannot read the prompt file {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TandemError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}): save the file as UTF-8, "
+            "e.g. with iconv -t UTF-8"
+        ) from None
+
+
 def _load_file(path: Path) -> list[BenchPrompt]:
     out: list[BenchPrompt] = []
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, raw in enumerate(_read_text(path).splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

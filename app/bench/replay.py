@@ -57,7 +57,7 @@ def costs_from_report(report: dict[str, Any]) -> MeasuredCosts:
     )
 
 
-class _ReplayCostModel(CostModel):
+class ReplayCostModel(CostModel):
     """What the adaptive policy plans with: the measured costs (in target steps, so one target
     step = 1 s) instead of the engine's online estimates."""
 
@@ -118,7 +118,7 @@ def replay_all(
     adaptive policy starts each generation from)."""
     out: dict[str, dict[str, float]] = {}
     for name, make in policies.items():
-        model = _ReplayCostModel(costs)
+        model = ReplayCostModel(costs)
         per: dict[str, list[float]] = {}
         for final in (False, True):
             for t in traces:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from app.engine import DoneEvent, GenerationConfig, GenerationStats, ModelPair, RoundEvent, TokenEvent
+from app.engine import GenerationConfig, GenerationStats, ModelPair, RoundEvent
 from app.engine.draft_policy import CostModel
+from app.session.collect import collect
 
 from .prompts import BenchPrompt
 from .settings import BenchSetting
@@ -41,18 +42,8 @@ def run_once(
     speculative: bool,
     costs: CostModel | None = None,
 ) -> tuple[GenerationStats, list[int], list[RoundEvent]]:
-    stats: GenerationStats | None = None
-    ids: list[int] = []
-    rounds: list[RoundEvent] = []
-    for ev in pair.generate(prompt, cfg, speculative=speculative, costs=costs):
-        if isinstance(ev, TokenEvent):
-            ids.append(ev.id)
-        elif isinstance(ev, RoundEvent):
-            rounds.append(ev)
-        elif isinstance(ev, DoneEvent):
-            stats = ev.stats
-    assert stats is not None
-    return stats, ids, rounds
+    out = collect(pair.generate(prompt, cfg, speculative=speculative, costs=costs))
+    return out.stats, out.ids, out.rounds
 
 
 def run_bench(

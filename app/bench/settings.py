@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, TandemError
+from app.engine import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, DrafterChoice, GenerationConfig, TandemError
 
 
 @dataclass(frozen=True)
@@ -18,24 +18,33 @@ class BenchSetting:
     name: str
     config: GenerationConfig
 
-    @property
-    def uses_draft_model(self) -> bool:
-        return self.config.drafter in ("model", "auto")
+
+def parse_drafters(spec: str | None, default: DrafterChoice) -> set[DrafterChoice]:
+    """The drafters a comparison uses (which models it needs), before the pair is known."""
+    if not spec:
+        return {default}
+    return {_drafter(item) for item in (s.strip() for s in spec.split(",")) if item}
+
+
+def _drafter(item: str) -> DrafterChoice:
+    drafter = item.partition(":")[0]
+    for choice in DRAFTER_CHOICES:
+        if drafter == choice:
+            return choice
+    raise TandemError(
+        f"--compare: unknown drafter {drafter!r} in {item!r} (use {', '.join(DRAFTER_CHOICES)})"
+    )
 
 
 def parse_settings(spec: str | None, base: GenerationConfig) -> list[BenchSetting]:
     """`base` alone when spec is None; else one setting per comma-separated item."""
     if not spec:
-        name = base.drafter + ("" if base.adaptive else f":k={base.draft_max}")
+        name = base.drafter + ("" if base.drafts_adaptively else f":k={base.k_max}")
         return [BenchSetting(name, base)]
     settings: list[BenchSetting] = []
     for item in (s.strip() for s in spec.split(",") if s.strip()):
-        drafter, _, options = item.partition(":")
-        if drafter not in DRAFTERS:
-            raise TandemError(
-                f"--compare: unknown drafter {drafter!r} in {item!r} (use {', '.join(DRAFTERS)})"
-            )
-        cfg = replace(base, drafter=drafter, adaptive=True)  # type: ignore[arg-type]
+        options = item.partition(":")[2]
+        cfg = replace(base, drafter=_drafter(item), adaptive=True)
         for option in filter(None, options.split(":")):
             cfg = _apply_option(cfg, item, option)
         settings.append(BenchSetting(item, cfg))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.decoding import DRAFT_MAX_LIMIT
+from app.engine.config import ADAPTIVE_K_MAX, DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from app.engine.errors import TandemError
 
 if sys.version_info >= (3, 11):
@@ -293,13 +293,13 @@ _PAIR_FIELDS = (
 )
 _FILE_FIELDS = ("repo_id", "filename", "size_bytes", "quantization", "license", "gated")
 _TOP_FIELDS = ("default", "include_builtin", "pair")
-# What a user catalog may leave out, and what it then means.
+# What a user catalog may leave out, and what it then means: the engine's own defaults.
 _PAIR_DEFAULTS: dict[str, Any] = {
     "description": "",
     "shines_on": "",
-    "draft_max": 12,
-    "p_min": 0.0,
-    "context": 4096,
+    "draft_max": ADAPTIVE_K_MAX,
+    "p_min": GenerationConfig.p_min,
+    "context": LoadOptions.n_ctx,
     "gpu_memory_bytes": 0,
 }
 _FILE_DEFAULTS: dict[str, Any] = {"size_bytes": 0, "license": "", "gated": False}

@@ -20,18 +20,15 @@ from app.bench.chart import speedup_chart
 from app.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from app.bench.report import build_report
 from app.bench.runner import RunRecord, run_bench
-from app.bench.settings import parse_settings
-from app.cli.options import (
-    add_generation_options,
-    add_model_options,
-    generation_config,
-    load_options,
-    model_choice,
-)
+from app.bench.settings import parse_drafters, parse_settings
+from app.cli.fetch import terminal_fetch
+from app.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from app.cli.process import peak_rss_bytes
-from app.cli.run_cmd import build_prompt
 from app.engine import ModelPair, TandemError
 from app.engine.costs import mean_costs, measure_costs
+from app.session.choices import generation_config, load_options
+from app.session.pairs import resolve_pair
+from app.session.prompts import no_template_note, text_prompt
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,8 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "cost model predicts and the efficiency (measured / predicted), per prompt and per category.",
     )
     add_model_options(p)
-    add_generation_options(p)
-    p.set_defaults(max_tokens=128)
+    add_generation_options(p, max_tokens=128)
     p.add_argument(
         "--prompts",
         metavar="PATH",
@@ -68,26 +64,35 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
     p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")
     p.add_argument("--chart", metavar="PNG", type=Path, help="draw the speedups per category as a PNG")
-    p.set_defaults(func=bench)
+    p.set_defaults(func=bench, options=bench_options)
 
 
-def bench(args: argparse.Namespace) -> int:
-    if args.runs < 1:
+def bench(opts: BenchOptions) -> int:
+    if opts.runs < 1:
         raise TandemError("--runs must be at least 1")
-    base = generation_config(args)
-    settings = parse_settings(args.compare, base)
-    need_model = any(s.config.drafter == "model" for s in settings)
-    choice = model_choice(args, need_draft=need_model)
-    prompts = load_prompts(args.prompts)
-    if args.category:
-        prompts = [p for p in prompts if p.category in args.category]
+    opts.choices.validate()
+    prompts = load_prompts(opts.prompts)
+    if opts.categories:
+        prompts = [p for p in prompts if p.category in opts.categories]
         if not prompts:
-            raise TandemError(f"no prompts in the categories {', '.join(args.category)}")
-    with ModelPair.load(choice.target, choice.draft, load_options(args)) as pair:
+            raise TandemError(f"no prompts in the categories {', '.join(opts.categories)}")
+    drafters = parse_drafters(opts.compare, opts.choices.drafter)
+    ref = resolve_pair(
+        opts.models,
+        use_draft=any(d != "lookup" for d in drafters),
+        need_draft="model" in drafters,
+        fetch=terminal_fetch(yes=opts.yes),
+    )
+    base = generation_config(opts.choices, ref.spec)
+    settings = parse_settings(opts.compare, base)
+    with ModelPair.load(ref.target, ref.draft, load_options(opts.choices, ref.spec)) as pair:
         for note in pair.notes:
             print(f"note: {note}", file=sys.stderr)
-        encoded = [build_prompt(pair, p.text, raw=args.raw, system=None) for p in prompts]
-        k_top = max(s.config.draft_max for s in settings)
+        template_note = None if opts.raw else no_template_note(pair)
+        if template_note:
+            print(f"note: {template_note}", file=sys.stderr)
+        encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]
+        k_top = max(s.config.k_max for s in settings)
         flat = [t for e in encoded for t in e]
         context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
         sizes = range(2, k_top + 2)
@@ -109,7 +114,7 @@ def bench(args: argparse.Namespace) -> int:
             if i + 1 in checkpoints:
                 measured.append(measure_costs(pair.target, pair.draft, context, sizes))
 
-        records = run_bench(pair, prompts, encoded, settings, base, args.runs, progress)
+        records = run_bench(pair, prompts, encoded, settings, base, opts.runs, progress)
         meta = {
             "tandem_version": __version__,
             "machine": {
@@ -121,7 +126,7 @@ def bench(args: argparse.Namespace) -> int:
             "run": {
                 "max_tokens": base.max_tokens,
                 "temperature": base.sampler.temperature,
-                "runs": args.runs,
+                "runs": opts.runs,
                 "ctx": pair.target.n_ctx,
             },
             "peak_rss_bytes": peak_rss_bytes(),
@@ -130,22 +135,22 @@ def bench(args: argparse.Namespace) -> int:
         meta["costs_measured"] = len(measured)
         report = build_report(prompts, settings, records, costs, meta)
     print(format_tables(report, prompts))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"results written to {args.json}", file=sys.stderr)
-    if args.chart:
+    if opts.json:
+        opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"results written to {opts.json}", file=sys.stderr)
+    if opts.chart:
         cats = list(report["categories"])
         names = list(report["settings"])
         title = f"tandem bench: {Path(report['target']).stem}"
         values = [[report["categories"][cat][n]["speedup"] for n in names] for cat in cats]
         speedup_chart(
-            args.chart,
+            opts.chart,
             title,
             [*cats, "overall"],
             names,
             [*values, [report["overall"][n]["speedup"] for n in names]],
         )
-        print(f"chart written to {args.chart}", file=sys.stderr)
+        print(f"chart written to {opts.chart}", file=sys.stderr)
     return 0
 
 

@@ -1,17 +1,23 @@
 """`tandem chat` (and plain `tandem`): start the terminal app.
 
-`tandem chat --target T --draft D` opens the chat with that pair; plain `tandem` opens the last
-pair used, or the pair picker on a first run. --ctx, --gpu-layers and --threads override the saved
-settings for this session only.
+`tandem chat --target T --draft D` or `tandem chat --pair NAME` opens the chat with that pair;
+plain `tandem` opens the last pair used, or the pair picker on a first run. --ctx, --gpu-layers
+and --threads override the saved settings for this session only.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from app.cli.fetch import terminal_fetch
+from app.cli.options import ChatOptions, add_model_options, chat_options
 from app.engine import TandemError
+from app.session.pairs import PairRef, resolve_pair
+
+if TYPE_CHECKING:
+    from app.ui.app import TandemApp
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,58 +26,36 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="chat in the terminal app (the default command)",
         description="Start Tandem's terminal app: chat with live speculative decoding.",
     )
-    p.add_argument("--target", metavar="PATH", help="target GGUF (the model whose output you get)")
-    p.add_argument("--draft", metavar="PATH", help="draft GGUF (a small model with the same tokenizer)")
-    p.add_argument(
-        "--pair", metavar="NAME", help="a catalog pair (see `tandem pairs`); downloaded first, after asking"
-    )
-    p.add_argument("--catalog", metavar="PATH", type=Path, help="also read pairs from this TOML file")
-    p.add_argument("-y", "--yes", action="store_true", help="download a missing --pair without asking")
-    p.add_argument("--ctx", type=int, default=None, metavar="N", help="context size (default: settings)")
-    p.add_argument(
-        "--gpu-layers", type=int, default=None, metavar="N", help="GPU layers, -1 all (default: settings)"
-    )
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: settings)")
-    p.set_defaults(func=chat)
+    add_model_options(p, app=True)
+    p.set_defaults(func=chat, options=chat_options)
 
 
-def chat(args: argparse.Namespace) -> int:
-    from app.ui.app import TandemApp
-    from app.ui.session import PairRef
-
-    target, draft = getattr(args, "target", None), getattr(args, "draft", None)
-    if getattr(args, "pair", None):
-        if target or draft:
-            raise TandemError("use either --pair NAME or --target/--draft, not both")
-        target, draft = _pair_files(args)
-    if bool(target) != bool(draft):
-        raise TandemError("give both --target PATH and --draft PATH (or neither, to pick in the app)")
-    pair = PairRef(Path(target).expanduser(), Path(draft).expanduser()) if target and draft else None
-    app = TandemApp(pair=pair)
-    overrides = {
-        k: v
-        for k, v in (
-            ("n_ctx", getattr(args, "ctx", None)),
-            ("n_gpu_layers", getattr(args, "gpu_layers", None)),
-            ("n_threads", getattr(args, "threads", None)),
-        )
-        if v is not None
-    }
-    if overrides:
-        app.settings = replace(app.settings, **overrides)
-        app.settings.validate()
-    app.run()
+def chat(opts: ChatOptions) -> int:
+    app_for(opts).run()
     return 0
 
 
-def _pair_files(args: argparse.Namespace) -> tuple[str, str]:
-    """The --pair's cached files, downloaded first (with consent) like `tandem run --pair`."""
-    from app.cli.options import pair_choice
+def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
+    """The app `tandem chat` starts: the pair resolved (and downloaded, after asking) the way
+    `tandem run --pair` resolves it, so its catalog settings apply alike; `app_options` go to
+    TandemApp (tests give their own directories)."""
+    from app.ui.app import TandemApp
 
-    # pair_choice fills in the generation options a pair brings; the app has its own settings.
-    for name, default in (("p_min", 0.0), ("draft_max", 0), ("adaptive", True), ("drafter", "model")):
-        if not hasattr(args, name):
-            setattr(args, name, default)
-    choice = pair_choice(args, need_draft=True)
-    assert choice.draft is not None
-    return str(choice.target), str(choice.draft)
+    request = opts.models
+    pair: PairRef | None = None
+    if request.pair or request.target or request.draft:
+        if not request.pair and not (request.target and request.draft):
+            raise TandemError("give both --target PATH and --draft PATH (or neither, to pick in the app)")
+        # The app drafts with the pair's draft model: download it too (after asking).
+        pair = resolve_pair(request, use_draft=True, need_draft=True, fetch=terminal_fetch(yes=opts.yes))
+    app = TandemApp(pair=pair, **app_options)
+    settings = app.settings
+    if opts.n_ctx is not None:
+        settings = replace(settings, n_ctx=opts.n_ctx)
+    if opts.n_gpu_layers is not None:
+        settings = replace(settings, n_gpu_layers=opts.n_gpu_layers)
+    if opts.n_threads is not None:
+        settings = replace(settings, n_threads=opts.n_threads)
+    settings.validate()
+    app.settings = settings
+    return app

@@ -15,6 +15,7 @@ from app import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     from app.cli import bench_cmd, chat_cmd, models_cmd, pairs_cmd, run_cmd
+    from app.cli.options import chat_options
 
     parser = argparse.ArgumentParser(
         prog="tandem",
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the target model checks. The output is exactly the target's.",
     )
     parser.add_argument("--version", action="version", version=f"tandem {__version__}")
+    # Plain `tandem` starts the app (the picker on a first run, else the last pair).
+    parser.set_defaults(func=chat_cmd.chat, options=chat_options)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chat_cmd.add_parser(sub)
     run_cmd.add_parser(sub)
@@ -34,15 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        # Plain `tandem` starts the app (the picker on a first run, else the last pair).
-        from app.cli.chat_cmd import chat
-
-        args.func = chat
+    from app.cli.options import options_for
     from app.engine.errors import TandemError
 
+    handler, options = options_for(args)
     try:
-        return int(args.func(args) or 0)
+        return int(handler(options) or 0)
     except TandemError as exc:
         print(f"tandem: error: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from app.catalog import LocalGGUF, drafts_for
 from app.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from app.catalog.hub_cache import hub_cache_dir
 from app.catalog.units import format_bytes
+from app.cli.options import ModelsOptions, models_options
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "paths", nargs="*", metavar="PATH", type=Path, help="more GGUF files or folders to look at"
     )
     p.add_argument("--json", action="store_true", help="print the models and their drafts as JSON")
-    p.set_defaults(func=models)
+    p.set_defaults(func=models, options=models_options)
 
 
 def format_params(n: int) -> str:
@@ -54,7 +55,7 @@ def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:
     }
 
 
-def models(args: argparse.Namespace) -> int:
+def models(args: ModelsOptions) -> int:
     found, skipped = scan(args.paths)
     # Largest first: targets at the top, their drafts below.
     found.sort(key=lambda m: (-m.n_params, -m.size_bytes, m.name))

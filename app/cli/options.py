@@ -1,30 +1,42 @@
-"""Command-line options shared by `run`, `bench` and `chat`, and turning them into engine objects."""
+"""Command-line options: the flags every command shares, and turning a parsed command line into
+typed options. The argparse Namespace stays in this module: each command's handler receives
+its own frozen dataclass (RunOptions, BenchOptions, ...), built here by `options_for`.
+
+Defaults are not written here: an option left unset stays None, and the session layer
+(app/session/choices.py) fills it from the catalog pair or the engine's defaults.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Literal
 
-from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.engine import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, GenerationConfig, LoadOptions, SamplerSettings
+from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
+from app.session.choices import Choices
+from app.session.pairs import PairRequest
 
-if TYPE_CHECKING:
-    from app.catalog import PairSpec
-
-# Measured on the SmolLM2 pair (docs/benchmarks.md): adaptive drafting does best with room to
-# go up to 12 on easy text; the best fixed K is 5.
-DEFAULT_DRAFT_MAX = 12
-DEFAULT_FIXED_K = 5
-DEFAULT_P_MIN = 0.0
-DEFAULT_CTX = 4096
+_SAMPLER = SamplerSettings()
+_LOAD = LoadOptions()
 
 
-def add_model_options(p: argparse.ArgumentParser, *, draft_required: bool = False) -> None:
+# ------------------------------------------------------------------------------ flags
+def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
+    """The model and loading flags; `app`: for `tandem chat`, whose defaults are the app's
+    settings (and a flag changes them for this session only)."""
+    default_ctx = "the app's settings" if app else f"the --pair's, else {_LOAD.n_ctx}"
+    default_gpu = "the app's settings" if app else "-1"
+    default_threads = (
+        "the app's settings" if app else "all logical CPUs up to 4, half of them above that, at most 8"
+    )
     g = p.add_argument_group("models")
-    g.add_argument("--target", metavar="PATH", help="target GGUF (the model whose output you get)")
-    g.add_argument("--draft", metavar="PATH", help="draft GGUF (a small model with the same tokenizer)")
+    g.add_argument("--target", metavar="PATH", type=Path, help="target GGUF (the model whose output you get)")
+    g.add_argument(
+        "--draft", metavar="PATH", type=Path, help="draft GGUF (a small model with the same tokenizer)"
+    )
     g.add_argument(
         "--pair",
         metavar="NAME",
@@ -36,31 +48,58 @@ def add_model_options(p: argparse.ArgumentParser, *, draft_required: bool = Fals
         "-y", "--yes", action="store_true", help="download a --pair that is missing without asking"
     )
     g.add_argument(
-        "--ctx",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"context size in tokens (default {DEFAULT_CTX}, or the --pair's)",
+        "--ctx", type=int, default=None, metavar="N", help=f"context size in tokens (default: {default_ctx})"
     )
     g.add_argument(
         "--gpu-layers",
         type=int,
-        default=-1,
+        default=None,
         metavar="N",
-        help="layers to put on the GPU: -1 all (default), 0 none",
+        help=f"layers to put on the GPU: -1 all, 0 none (default: {default_gpu})",
     )
-    g.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: cores)")
+    g.add_argument(
+        "--threads", type=int, default=None, metavar="N", help=f"CPU threads (default: {default_threads})"
+    )
 
 
-def add_generation_options(p: argparse.ArgumentParser) -> None:
+def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
     g = p.add_argument_group("generation")
     g.add_argument(
-        "-n", "--max-tokens", type=int, default=256, metavar="N", help="most tokens to generate (256)"
+        "-n",
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        metavar="N",
+        help=f"most tokens to generate ({max_tokens})",
     )
-    g.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=40, metavar="K", help="top-k when sampling (40; 0 = off)")
-    g.add_argument("--top-p", type=float, default=0.95, metavar="P", help="top-p when sampling (0.95)")
-    g.add_argument("--min-p", type=float, default=0.05, metavar="P", help="min-p when sampling (0.05)")
+    g.add_argument(
+        "--temp",
+        type=float,
+        default=_SAMPLER.temperature,
+        metavar="T",
+        help="temperature; 0 = greedy (default)",
+    )
+    g.add_argument(
+        "--top-k",
+        type=int,
+        default=_SAMPLER.top_k,
+        metavar="K",
+        help=f"top-k when sampling ({_SAMPLER.top_k}; 0 = off)",
+    )
+    g.add_argument(
+        "--top-p",
+        type=float,
+        default=_SAMPLER.top_p,
+        metavar="P",
+        help=f"top-p when sampling ({_SAMPLER.top_p})",
+    )
+    g.add_argument(
+        "--min-p",
+        type=float,
+        default=_SAMPLER.min_p,
+        metavar="P",
+        help=f"min-p when sampling ({_SAMPLER.min_p})",
+    )
     g.add_argument("--seed", type=int, default=None, metavar="S", help="random seed for sampling")
     g.add_argument(
         "--draft-max",
@@ -68,12 +107,13 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="K",
         help=f"most tokens drafted per round, max {DRAFT_MAX_LIMIT}: adaptive drafting picks 0..K each "
-        f"round (default {DEFAULT_DRAFT_MAX}); with --no-adaptive exactly K (default {DEFAULT_FIXED_K})",
+        f"round (default: the --pair's, else {ADAPTIVE_K_MAX}); with --no-adaptive, or a --seed when "
+        f"sampling, exactly K (default {FIXED_K})",
     )
     g.add_argument(
         "--drafter",
-        choices=DRAFTERS,
-        default="auto",
+        choices=DRAFTER_CHOICES,
+        default=GenerationConfig.drafter,
         help="who drafts: the draft model, prompt lookup (continue text found earlier in the context; "
         "no draft model needed), or auto: each round, whichever promises more speed (default)",
     )
@@ -88,132 +128,141 @@ def add_generation_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="P",
-        help="stop drafting when the draft's confidence drops below P "
-        f"(default {DEFAULT_P_MIN}, or the --pair's)",
+        help="stop drafting when the draft's confidence drops below P (default: the --pair's, else "
+        f"{GenerationConfig.p_min})",
     )
     g.add_argument(
         "--stop", action="append", default=[], metavar="TEXT", help="stop when this text appears (repeatable)"
     )
 
 
+# ------------------------------------------------------------------------------ typed options
 @dataclass(frozen=True)
-class ModelChoice:
-    target: Path
-    draft: Path | None
-    pair: PairSpec | None = None  # set when the models came from --pair
+class RunOptions:
+    models: PairRequest
+    choices: Choices
+    yes: bool
+    prompt: str  # the text, or "-" for standard input
+    baseline: bool
+    raw: bool
+    system: str | None
+    json: bool
+    color: Literal["auto", "always", "never"]
 
 
-def model_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
-    if getattr(args, "pair", None):
-        if args.target or args.draft:
-            raise TandemError("use either --pair NAME or --target/--draft, not both")
-        return pair_choice(args, need_draft=need_draft)
-    if not args.target:
-        raise TandemError(
-            "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
-        )
-    if need_draft and not args.draft:
-        raise TandemError(
-            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
-            "with --drafter lookup (or run the target alone with --baseline)"
-        )
-    return ModelChoice(Path(args.target).expanduser(), Path(args.draft).expanduser() if args.draft else None)
+@dataclass(frozen=True)
+class BenchOptions:
+    models: PairRequest
+    choices: Choices
+    yes: bool
+    prompts: tuple[Path, ...]
+    categories: tuple[str, ...]
+    runs: int
+    compare: str | None
+    raw: bool
+    json: Path | None
+    chart: Path | None
 
 
-def pair_choice(args: argparse.Namespace, *, need_draft: bool) -> ModelChoice:
-    """Resolve --pair: the cached files if complete, else download them with consent (a y/N
-    question on a terminal, --yes otherwise). The pair's context and draft settings fill in
-    options the user left unset."""
-    from app.catalog import local_file
-    from app.catalog.units import format_bytes
-    from app.cli.pairs_cmd import download_with_progress
-
-    # A pair brings its draft whenever one can be used: `need_draft` only says whether the
-    # drafter insists on one (`--drafter auto` does not, but drafts better with it).
-    need_draft = need_draft or (
-        not getattr(args, "baseline", False) and getattr(args, "drafter", "model") != "lookup"
-    )
-    spec = pair_settings(args)
-    assert spec is not None
-    files = [spec.target, spec.draft] if need_draft else [spec.target]
-    missing = [f for f in files if local_file(f) is None]
-    if missing:
-        size = sum(f.size_bytes for f in missing)
-        what = " and ".join(f"{f.repo_id}/{f.filename}" for f in missing)
-        amount = format_bytes(size) if size else "size unknown"
-        if not getattr(args, "yes", False):
-            if not (sys.stdin.isatty() and sys.stderr.isatty()):
-                raise TandemError(
-                    f"pair {spec.name} is not downloaded yet ({amount}): run `tandem pull {spec.name}` "
-                    "first, or add --yes to download it now"
-                )
-            print(f"Pair {spec.name} needs {what} ({amount}).", file=sys.stderr)
-            try:
-                answer = input("Download now? [y/N] ")
-            except EOFError:
-                answer = ""
-            if answer.strip().lower() not in ("y", "yes"):
-                raise TandemError(
-                    f"not downloading; `tandem pull {spec.name}` fetches the pair when you are ready"
-                )
-        from app.catalog import DownloadCancelled
-
-        try:
-            download_with_progress(spec, need_draft=need_draft)
-        except DownloadCancelled:
-            raise TandemError(
-                f"download stopped; what was downloaded is kept: run `tandem pull {spec.name}` to resume"
-            ) from None
-    target = local_file(spec.target)
-    draft = local_file(spec.draft) if need_draft else None
-    if target is None or (need_draft and draft is None):  # pragma: no cover - download checked them
-        raise TandemError(f"pair {spec.name} is still incomplete in the Hugging Face cache")
-    return ModelChoice(target, draft, spec)
+@dataclass(frozen=True)
+class ChatOptions:
+    models: PairRequest
+    yes: bool
+    # Loading options for this session only (the app's saved settings are not changed).
+    n_ctx: int | None
+    n_gpu_layers: int | None
+    n_threads: int | None
 
 
-def pair_settings(args: argparse.Namespace) -> PairSpec | None:
-    """The --pair's catalog entry (None without --pair). On first use its context and draft
-    settings fill in the options the user left unset, so generation_config, load_options and
-    model_choice agree whichever of them a command calls first."""
-    if not getattr(args, "pair", None):
-        return None
-    spec: PairSpec | None = getattr(args, "_pair_spec", None)
-    if spec is None:
-        from app.catalog import load_catalog
-
-        spec = load_catalog(getattr(args, "catalog", None)).get(args.pair)
-        args._pair_spec = spec
-        if args.ctx is None:
-            args.ctx = spec.context
-        if args.p_min is None:
-            args.p_min = spec.p_min
-        if args.draft_max is None and args.adaptive:
-            args.draft_max = spec.draft_max
-    return spec
+@dataclass(frozen=True)
+class PairsOptions:
+    catalog: Path | None
+    ctx: int | None
+    json: bool
 
 
-def load_options(args: argparse.Namespace) -> LoadOptions:
-    pair_settings(args)
-    ctx = args.ctx if args.ctx is not None else DEFAULT_CTX
-    if ctx < 64:
-        raise TandemError("--ctx must be at least 64 tokens")
-    return LoadOptions(n_ctx=ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+@dataclass(frozen=True)
+class PullOptions:
+    pair: str
+    catalog: Path | None
 
 
-def generation_config(args: argparse.Namespace) -> GenerationConfig:
-    pair_settings(args)
-    cfg = GenerationConfig(
+@dataclass(frozen=True)
+class ModelsOptions:
+    paths: tuple[Path, ...]
+    json: bool
+
+
+def _models(args: argparse.Namespace) -> PairRequest:
+    return PairRequest(pair=args.pair, target=args.target, draft=args.draft, catalog=args.catalog)
+
+
+def _choices(args: argparse.Namespace) -> Choices:
+    return Choices(
         max_tokens=args.max_tokens,
-        draft_max=args.draft_max
-        if args.draft_max is not None
-        else (DEFAULT_DRAFT_MAX if args.adaptive else DEFAULT_FIXED_K),
+        draft_max=args.draft_max,
         adaptive=args.adaptive,
         drafter=args.drafter,
-        p_min=args.p_min if args.p_min is not None else DEFAULT_P_MIN,
+        p_min=args.p_min,
         sampler=SamplerSettings(
             temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
         ),
         stop=tuple(args.stop),
+        n_ctx=args.ctx,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
     )
-    cfg.validate()
-    return cfg
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(
+        _models(args),
+        _choices(args),
+        args.yes,
+        args.prompt,
+        args.baseline,
+        args.raw,
+        args.system,
+        args.json,
+        args.color,
+    )
+
+
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    return BenchOptions(
+        _models(args),
+        _choices(args),
+        args.yes,
+        tuple(args.prompts),
+        tuple(args.category),
+        args.runs,
+        args.compare,
+        args.raw,
+        args.json,
+        args.chart,
+    )
+
+
+def chat_options(args: argparse.Namespace) -> ChatOptions:
+    if not hasattr(args, "target"):  # plain `tandem`: no chat flags were parsed
+        return ChatOptions(PairRequest(), False, None, None, None)
+    return ChatOptions(_models(args), args.yes, args.ctx, args.gpu_layers, args.threads)
+
+
+def pairs_options(args: argparse.Namespace) -> PairsOptions:
+    return PairsOptions(args.catalog, args.ctx, args.json)
+
+
+def pull_options(args: argparse.Namespace) -> PullOptions:
+    return PullOptions(args.pair, args.catalog)
+
+
+def models_options(args: argparse.Namespace) -> ModelsOptions:
+    return ModelsOptions(tuple(args.paths), args.json)
+
+
+def options_for(args: argparse.Namespace) -> tuple[Callable[[Any], int], object]:
+    """The command's handler and its typed options (each parser sets both as defaults)."""
+    handler: Callable[[Any], int] = args.func
+    convert: Callable[[argparse.Namespace], object] = args.options
+    return handler, convert(args)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +15,16 @@ from app.catalog import (
     ModelFile,
     PairSpec,
     device_memory,
-    download_file,
     load_catalog,
     local_file,
     pair_fit,
-    pull_pair,
 )
-from app.catalog.hub_cache import hub_cache_dir, hub_endpoint
+from app.catalog.hub_cache import hub_cache_dir
 from app.catalog.units import format_bytes
-from app.cli.process import interrupt_sets
-from app.cli.progress import ProgressPrinter
+from app.cli.fetch import download_with_progress
+from app.cli.options import PairsOptions, PullOptions, pairs_options, pull_options
 from app.engine import TandemError
+from app.engine.config import MIN_CONTEXT
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--ctx", type=int, metavar="N", help="judge the fit at this context size (default: each pair's)"
     )
-    p.set_defaults(func=pairs)
+    p.set_defaults(func=pairs, options=pairs_options)
 
     q = sub.add_parser(
         "pull",
@@ -52,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     q.add_argument("pair", metavar="PAIR", help="a pair name from `tandem pairs`")
     q.add_argument("--catalog", metavar="PATH", type=Path, help="also read pairs from this TOML file")
-    q.set_defaults(func=pull)
+    q.set_defaults(func=pull, options=pull_options)
 
 
 # ------------------------------------------------------------------------------ tandem pairs
@@ -133,9 +131,9 @@ def _size(p: PairSpec, target: Path | None, draft: Path | None) -> str:
     return format_bytes(p.total_bytes) + "+" if p.total_bytes else "?"
 
 
-def pairs(args: argparse.Namespace) -> int:
-    if args.ctx is not None and args.ctx < 64:
-        raise TandemError("--ctx must be at least 64 tokens")
+def pairs(args: PairsOptions) -> int:
+    if args.ctx is not None and args.ctx < MIN_CONTEXT:
+        raise TandemError(f"--ctx must be at least {MIN_CONTEXT} tokens")
     catalog = load_catalog(args.catalog)
     if args.json:
         print(json.dumps(pairs_json(catalog, args.ctx), indent=2))
@@ -167,7 +165,7 @@ def pairs(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------- tandem pull
-def pull(args: argparse.Namespace) -> int:
+def pull(args: PullOptions) -> int:
     catalog = load_catalog(args.catalog)
     spec = catalog.get(args.pair)
     print(
@@ -187,25 +185,3 @@ def pull(args: argparse.Namespace) -> int:
     print(f"target: {target}\ndraft:  {draft}")
     print(f'ready: tandem run --pair {spec.name} "your prompt"', file=sys.stderr)
     return 0
-
-
-def download_with_progress(spec: PairSpec, *, need_draft: bool) -> tuple[Path, Path | None]:
-    """Fetch a pair (or only its target) with progress bars on stderr. Ctrl+C raises
-    DownloadCancelled promptly, keeping what was downloaded for the next attempt."""
-    cancel = threading.Event()
-    printer = ProgressPrinter()
-    missing = [
-        f for f in ((spec.target, spec.draft) if need_draft else (spec.target,)) if local_file(f) is None
-    ]
-    if missing:
-        size = sum(f.size_bytes for f in missing)
-        amount = format_bytes(size) if size else "the files"
-        print(f"downloading {amount} from {hub_endpoint()} into {hub_cache_dir()}", file=sys.stderr)
-    try:
-        with interrupt_sets(cancel):
-            if need_draft:
-                target, draft = pull_pair(spec, printer, cancel)
-                return target, draft
-            return download_file(spec.target, printer, cancel), None
-    finally:
-        printer.close()  # never leave a half-drawn bar before an error message

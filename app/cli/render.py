@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from typing import TextIO
+
 from app.engine import GenerationStats, Origin
+from app.session.collect import Outcome
 
 RESET = "\x1b[0m"
 # Foreground colours that read on dark and light terminals alike.
@@ -24,6 +28,43 @@ def coloured(text: str, origin: Origin, enabled: bool) -> str:
     if not enabled or not text:
         return text
     return f"{COLOURS[origin]}{text}{RESET}"
+
+
+class TokenWriter:
+    """Streams an answer's text, coloured by origin, as a generation's outcome grows (see
+    app.session.collect).
+
+    Text is written after a round's tokens, but at most every FLUSH_S: a target-alone run makes
+    a round per token, and a write to the terminal per token would cost the engine more than a
+    token costs to compute on a GPU; text 30 ms late looks the same to a reader."""
+
+    FLUSH_S = 0.03
+
+    def __init__(self, out: TextIO, colour: bool) -> None:
+        self.out = out
+        self._before = {o: COLOURS[o] if colour else "" for o in Origin}
+        self._after = RESET if colour else ""
+        self._shown = 0  # tokens of the outcome written so far
+        self._written = 0.0
+        self._outcome: Outcome | None = None
+
+    def __call__(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        now = time.perf_counter()
+        if now - self._written >= self.FLUSH_S or outcome.done is not None:
+            self.flush()
+            self._written = now
+
+    def flush(self) -> None:
+        """Write out what is pending (also when a generation ends early: Ctrl+C, an error)."""
+        if self._outcome is not None:
+            tokens = self._outcome.tokens
+            before, after = self._before, self._after
+            self.out.write(
+                "".join(f"{before[t.origin]}{t.text}{after}" for t in tokens[self._shown :] if t.text)
+            )
+            self._shown = len(tokens)
+        self.out.flush()
 
 
 def legend(enabled: bool, speculative: bool) -> str:

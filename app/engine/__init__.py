@@ -2,7 +2,7 @@
 
 from .chat_template import ChatMessage
 from .compat import check_pair, compatibility_problems
-from .decoding import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig
+from .config import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, DrafterChoice, GenerationConfig, LoadOptions
 from .errors import (
     ContextOverflowError,
     GenerationError,
@@ -18,19 +18,21 @@ from .events import (
     Origin,
     PrefillEvent,
     RoundEvent,
+    StartEvent,
     TokenEvent,
 )
 from .gguf_file import GGUFInfo, read_gguf
-from .model import LoadedModel, LoadOptions
+from .model import LoadedModel
 from .pair import ModelPair
 from .sampling import SamplerSettings
 
 __all__ = [
-    "DRAFTERS",
+    "DRAFTER_CHOICES",
     "DRAFT_MAX_LIMIT",
     "ChatMessage",
     "ContextOverflowError",
     "DoneEvent",
+    "DrafterChoice",
     "Event",
     "GGUFInfo",
     "GenerationConfig",
@@ -46,6 +48,7 @@ __all__ = [
     "PrefillEvent",
     "RoundEvent",
     "SamplerSettings",
+    "StartEvent",
     "TandemError",
     "TokenEvent",
     "check_pair",

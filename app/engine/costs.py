@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .drafters import LookupDrafter
+from .drafters.lookup import LookupDrafter
 from .model import LoadedModel, Outputs
 
 

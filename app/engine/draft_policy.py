@@ -42,12 +42,6 @@ class _Ema:
         return self.weight > 0.0
 
 
-# Draft length for seeded sampling. Adaptive K follows measured timings, and a different draft
-# schedule consumes the random stream differently: the sample would be equally valid but not
-# the same from run to run. A seed asks for repeatable output, so seeded sampling drafts a
-# fixed K (the best fixed K measured on the reference pair, docs/benchmarks.md).
-REPRODUCIBLE_K = 5
-
 # Relative cost of each extra verified token when only one batch size has been seen yet
 # (typical of a CPU; a GPU's is far smaller and is learnt as soon as a second size is seen).
 _PRIOR_VERIFY_SLOPE = 0.12
@@ -211,8 +205,6 @@ def model_pays(lookup_share: float, plain_s: float, model_s_per_token: float, ca
 class FixedPolicy:
     """Always draft K (clipped by the round's budget)."""
 
-    adaptive = False
-
     def __init__(self, k: int) -> None:
         self.k = k
 
@@ -239,8 +231,6 @@ class AdaptivePolicy:
     too: both drafted shorter and ran about 2.5% slower than the best fixed K on the reference
     pair, where acceptance is high and the optimum is flat; see docs/benchmarks.md.)
     """
-
-    adaptive = True
 
     _FORGET = 0.95  # per round: about the last 20 rounds count
     # A round without drafting keeps this much of the evidence once the pair is known

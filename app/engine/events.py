@@ -1,8 +1,9 @@
 """Typed events a generation yields, in order:
 
-    PrefillEvent, then per round: TokenEvent* RoundEvent, and finally one DoneEvent.
+    StartEvent, PrefillEvent, then per round: TokenEvent* RoundEvent, and finally one DoneEvent.
 
-The UI and the CLI consume only these; nothing about llama.cpp leaks through them.
+The front-ends (the CLI, the app, the benchmark) consume only these; nothing about llama.cpp
+leaks through them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Literal
 
+from .config import DrafterChoice
+from .drafters import DrafterKind
+
 
 class Origin(str, Enum):
     """Who produced a token the user sees."""
 
-    DRAFT = "draft"  # proposed by the draft model and accepted by the target
+    DRAFT = "draft"  # a drafter's guess (the draft model's or prompt lookup's), accepted by the target
     TARGET = "target"  # the target's own token: a correction after a rejection (or no draft)
     BONUS = "bonus"  # the target's extra token after a fully accepted draft run
 
@@ -25,6 +29,20 @@ Mode = Literal["speculative", "baseline"]
 
 
 @dataclass(frozen=True, slots=True)
+class StartEvent:
+    """How this generation drafts, as the engine will run it (not as asked: a seeded sampling
+    run drafts a fixed K, `auto` without a draft model drafts with prompt lookup alone)."""
+
+    mode: Mode
+    drafter: DrafterChoice | Literal[""]  # "" for the target alone
+    draft_max: int  # K: the most per round (adaptive) or every round (fixed); 0 for the target alone
+    adaptive: bool
+
+
+# TokenEvent and RoundEvent are built for every token and every round, so they are plain slotted
+# dataclasses: a frozen one is built through object.__setattr__ field by field, which costs
+# three times as much. Consumers treat every event as read-only all the same.
+@dataclass(slots=True)
 class TokenEvent:
     id: int
     text: str  # may be "" while a multi-byte character is incomplete
@@ -38,29 +56,39 @@ class PrefillEvent:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RoundEvent:
     drafted: int  # draft tokens proposed this round
     accepted: int  # of which the target accepted
-    emitted: int  # tokens this round added to the answer
+    emitted: int  # tokens this round added to the answer (fewer than `tokens` if it ended here)
     draft_s: float
     verify_s: float
     k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
-    drafter: str = ""  # who drafted: "model", "lookup", or "" (a plain target step)
+    drafter: DrafterKind | Literal[""] = ""  # who drafted: "model", "lookup", or "" (no draft)
     # Tokens the draft model decoded in this round's first batch: 1 normally, 2 after a fully
     # accepted round, more after rounds it sat out (prompt lookup drafted); 0 if it did not run.
     caught_up: int = 0
     # Of the drafted tokens, how many prompt lookup proposed: all of a lookup round's; in an
     # auto round the draft model's tokens may be followed by a lookup continuation.
     looked_up: int = 0
+    first_draft_s: float = 0.0  # of draft_s, the draft model's first batch (catch-up included)
+    draft_passes: int = 0  # draft-model decode calls (the first batch included)
+    # The round's tokens: the accepted drafts, then the target's own (a correction or the bonus).
+    tokens: tuple[int, ...] = ()
+
+    def origin(self, i: int) -> Origin:
+        """Who produced tokens[i]."""
+        if i < self.accepted:
+            return Origin.DRAFT
+        return Origin.BONUS if self.drafted and self.accepted == self.drafted else Origin.TARGET
 
 
 @dataclass(frozen=True)
 class GenerationStats:
     mode: Mode
-    draft_max: int
+    draft_max: int  # as run (see StartEvent): 0 for the target alone
     adaptive: bool = False
-    drafter: str = ""  # the configured drafter: "model", "lookup" or "auto"
+    drafter: DrafterChoice | Literal[""] = ""  # as run: "model", "lookup", "auto"; "" target alone
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     prefill_s: float = 0.0
@@ -109,4 +137,4 @@ class DoneEvent:
     text: str  # the whole answer as streamed
 
 
-Event = TokenEvent | PrefillEvent | RoundEvent | DoneEvent
+Event = StartEvent | TokenEvent | PrefillEvent | RoundEvent | DoneEvent

@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,11 +25,23 @@ import numpy as np
 import numpy.typing as npt
 
 from . import llama_log
+from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError
 from .gguf_file import GGUFInfo, read_gguf
 from .llama_lib import llama_cpp
+from .memory import kv_cache_bytes
 
 Outputs = Literal["none", "last", "all"]
+
+# The three calls of the decode loop, bound directly: llama_get_logits returns the buffer's
+# address as an int (so a cached numpy view can be checked against it for free).
+_lib = llama_cpp._lib
+_llama_decode = llama_cpp.llama_decode
+_llama_synchronize = llama_cpp.llama_synchronize
+_llama_get_logits = _lib["llama_get_logits"]  # a new function object: the bindings' stays as it is
+_llama_get_logits.restype = ctypes.c_void_p
+_llama_get_logits.argtypes = [ctypes.c_void_p]
+_llama_get_sampled_token_ith = llama_cpp.llama_get_sampled_token_ith
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -57,20 +68,6 @@ def default_threads() -> int:
     # Decoding is memory-bound: past ~8 threads llama.cpp gets no faster, and on SMT machines
     # half the logical CPUs are the physical cores.
     return max(1, min(8, n if n <= 4 else n // 2))
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    n_ctx: int = 4096
-    n_gpu_layers: int = -1  # -1: every layer on the GPU when there is one
-    n_threads: int | None = None
-    # Tokens per llama_decode call (prompt chunks). The compute buffer llama.cpp reserves grows
-    # with it (17.5 MiB at 512 for a 135M model, 8.8 MiB at 256) while prefill speed on CPU
-    # barely changes, so 256.
-    n_batch: int = 256
-    max_outputs: int = 33  # most logits rows one decode may ask for (K + 1 <= this)
-    use_mmap: bool = True
-    flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
 
 
 class LoadedModel:
@@ -113,8 +110,17 @@ class LoadedModel:
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self.cached: list[int] = []
-        self.decode_seconds = 0.0  # time spent inside llama_decode (+ synchronize)
+        # Time spent inside llama.cpp decoding: llama_decode, and until its outputs were read.
+        self.decode_seconds = 0.0
+        self._t_decode = 0.0
         self._piece_cache: dict[int, bytes] = {}
+        self.eog: dict[int, bool] = {}  # token -> ends a generation, as met (see is_eog)
+        self.texts: dict[int, str] = {}  # token -> its text, where complete (see TokenStream)
+        self._greedy_chain: Any = None  # the attached in-graph greedy sampler (see decode_greedy)
+        self._greedy_refused = False  # the backend cannot run it: numpy's argmax instead
+        self._chains: list[Any] = []  # every chain ever attached, freed after the context
+        self._logits_address: int | None = None
+        self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
         self._alloc_batch(max(self.n_batch, opts.max_outputs))
 
     # ------------------------------------------------------------------ loading
@@ -135,6 +141,7 @@ class LoadedModel:
         cparams.n_ubatch = opts.n_batch
         cparams.n_seq_max = 1
         cparams.n_outputs_max = opts.max_outputs
+        cparams.n_outputs_max_per_seq = opts.max_outputs  # one sequence: all rows may be sampled
         threads = opts.n_threads or default_threads()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -186,6 +193,10 @@ class LoadedModel:
         self._tok = np.ctypeslib.as_array(b.token, shape=(capacity,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
         self._out = np.ctypeslib.as_array(b.logits, shape=(capacity,))
+        self._token_ptr, self._pos_ptr = b.token, b.pos  # for a few tokens, cheaper than numpy
+        self._out[:] = 0
+        self._flags: Outputs = "none"  # what _out holds now: these flags for this many tokens
+        self._flags_n = capacity
         np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))[:] = 1
         for i in range(capacity):  # every token belongs to sequence 0, once and for all
             b.seq_id[i][0] = 0
@@ -197,6 +208,10 @@ class LoadedModel:
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+        for chain in getattr(self, "_chains", ()):
+            llama_cpp.llama_sampler_free(chain)
+        self._chains = []
+        self._greedy_chain = None
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
@@ -214,29 +229,17 @@ class LoadedModel:
     def size_bytes(self) -> int:
         return int(llama_cpp.llama_model_size(self._model))
 
-    def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace")
-
     def kv_cache_bytes(self) -> int:
         """Bytes of this context's KV cache (F16 K and V for every layer and position)."""
-        m = self._model
-        n_layer = llama_cpp.llama_model_n_layer(m)
-        n_head = max(1, llama_cpp.llama_model_n_head(m))
-        n_head_kv = llama_cpp.llama_model_n_head_kv(m)
-        head_dim = llama_cpp.llama_model_n_embd(m) // n_head
-        k_len = self.info.get(f"{self.info.architecture}.attention.key_length") or head_dim
-        v_len = self.info.get(f"{self.info.architecture}.attention.value_length") or head_dim
-        return int(self.n_ctx * n_layer * n_head_kv * (int(k_len) + int(v_len)) * 2)
+        return kv_cache_bytes(self.info, self.n_ctx)
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        """Whether `token` ends a generation (asked for every token: remembered per token, and
+        the generation loop reads `eog` itself first)."""
+        eog = self.eog.get(token)
+        if eog is None:
+            eog = self.eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return eog
 
     @property
     def bos_id(self) -> int:
@@ -245,10 +248,6 @@ class LoadedModel:
     @property
     def eos_id(self) -> int:
         return int(llama_cpp.llama_vocab_eos(self.vocab))
-
-    @property
-    def adds_bos(self) -> bool:
-        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -346,9 +345,64 @@ class LoadedModel:
         A long input is decoded in n_batch chunks; `should_stop` is asked between chunks and
         returning True stops there (the cache then holds the chunks done, and None is returned).
         """
+        if outputs != "none":
+            self._greedy_in_graph(False)  # the logits must be copied out
+        if not self._decode(tokens, outputs, should_stop) or outputs == "none":
+            return None
+        return self._logits(len(tokens) if outputs == "all" else 1)
+
+    def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]:
+        """Append tokens; the greedy choice (argmax) of each output row.
+
+        llama.cpp's greedy sampler computes it inside the graph when the backend takes it
+        (measured on the CPU: 15 us a step less than reading the logits and numpy's argmax,
+        which on a GPU would also copy every row of logits to the host); otherwise it comes
+        from the logits."""
+        if self._greedy_chain is None and not self._greedy_in_graph(True):
+            logits = self.decode(tokens, outputs)
+            assert logits is not None
+            return logits.argmax(axis=1).tolist()  # type: ignore[no-any-return]
+        self._decode(tokens, outputs, None)
+        ctx = self._ctx
+        best = [_llama_get_sampled_token_ith(ctx, 0 if outputs == "all" else -1)]
+        self._outputs_read()  # the first getter waited for the computation; the rest is reading
+        if outputs == "all":
+            best += [_llama_get_sampled_token_ith(ctx, i) for i in range(1, len(tokens))]
+        if min(best) < 0:
+            raise GenerationError(f"llama.cpp's greedy sampler gave no token on the {self.role}")
+        return best
+
+    def _greedy_in_graph(self, on: bool) -> bool:
+        """Switch llama.cpp's in-graph greedy sampler on or off; whether it is on.
+
+        A sampler chain may be attached only once (llama.cpp asserts), so each switch-on
+        attaches a new one; detached chains are freed with the context (a graph llama.cpp
+        reserved may still point at them until then)."""
+        if on == (self._greedy_chain is not None):
+            return on
+        if on:
+            if self._greedy_refused:
+                return False
+            chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+            llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            if not llama_cpp.llama_set_sampler(self._ctx, 0, chain):
+                llama_cpp.llama_sampler_free(chain)  # never attached: safe to free now
+                self._greedy_refused = True
+                return False
+            self._greedy_chain = chain
+            self._chains.append(chain)
+            return True
+        llama_cpp.llama_set_sampler(self._ctx, 0, None)
+        self._greedy_chain = None
+        return False
+
+    def _decode(
+        self, tokens: Sequence[int], outputs: Outputs, should_stop: Callable[[], bool] | None
+    ) -> bool:
+        """Decode `tokens` in n_batch chunks; False if `should_stop` stopped it between chunks."""
         n = len(tokens)
         if n == 0:
-            return None
+            return False
         start = len(self.cached)
         if start + n > self.n_ctx:
             raise ContextOverflowError(
@@ -358,26 +412,40 @@ class LoadedModel:
         if outputs == "all" and n > self.options.max_outputs:
             raise ValueError(f"asked for {n} logits rows, the context allows {self.options.max_outputs}")
         step = self.n_batch
+        b = self._batch
         for chunk_start in range(0, n, step):
             if chunk_start and should_stop is not None and should_stop():
-                return None
-            chunk = tokens[chunk_start : chunk_start + step]
+                return False
+            chunk = tokens if n <= step else tokens[chunk_start : chunk_start + step]
             m = len(chunk)
-            is_last_chunk = chunk_start + m == n
-            self._tok[:m] = chunk
-            self._pos[:m] = np.arange(start + chunk_start, start + chunk_start + m, dtype=np.int32)
-            if outputs == "all":
-                self._out[:m] = 1
+            pos0 = start + chunk_start
+            # Fill the batch. This runs once a round (a draft step, a verify batch), so it is
+            # written for few tokens: element by element (numpy's per-call overhead would cost
+            # more), and the output flags only rewritten when they change.
+            if m <= 8:
+                token, pos = self._token_ptr, self._pos_ptr
+                for i, t in enumerate(chunk):
+                    token[i] = t
+                    pos[i] = pos0 + i
             else:
-                self._out[:m] = 0
-                if outputs == "last" and is_last_chunk:
+                self._tok[:m] = chunk
+                self._pos[:m] = np.arange(pos0, pos0 + m, dtype=np.int32)
+            flags = outputs if chunk_start + m == n or outputs == "all" else "none"
+            if flags != self._flags or m != self._flags_n:
+                self._out[:m] = 1 if flags == "all" else 0
+                if flags == "last":
                     self._out[m - 1] = 1
-            assert self._batch is not None
-            self._batch.n_tokens = m
+                self._flags, self._flags_n = flags, m
+            b.n_tokens = m
             t0 = time.perf_counter()
-            rc = llama_cpp.llama_decode(self._ctx, self._batch)
-            llama_cpp.llama_synchronize(self._ctx)
-            self.decode_seconds += time.perf_counter() - t0
+            rc = _llama_decode(self._ctx, b)
+            if flags == "none" or rc != 0:
+                _llama_synchronize(self._ctx)
+                self.decode_seconds += time.perf_counter() - t0
+            else:
+                # The outputs are read next, and llama.cpp's getters synchronize first: the
+                # reader adds the time once it has them (see _outputs_read).
+                self._t_decode = t0
             if rc != 0:
                 self._resync_after_failure()
                 if rc == 1:
@@ -387,11 +455,25 @@ class LoadedModel:
                     )
                 raise GenerationError(f"llama.cpp failed to decode on the {self.role} (code {rc})")
             self.cached.extend(chunk)
-        if outputs == "none":
-            return None
-        rows = n if outputs == "all" else 1
-        ptr = llama_cpp.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        return True
+
+    def _outputs_read(self) -> None:
+        """The last batch's time inside llama.cpp ends: its first output getter has returned
+        (llama.cpp's getters wait for the computation, as llama_synchronize would)."""
+        self.decode_seconds += time.perf_counter() - self._t_decode
+
+    def _logits(self, rows: int) -> npt.NDArray[np.float32]:
+        """The first `rows` rows of llama.cpp's logits buffer, without copying. The buffer is
+        allocated once for max_outputs rows, so one numpy view over it serves every decode
+        (building a view costs tens of microseconds: it is rebuilt only if the buffer moves)."""
+        address = _llama_get_logits(self._ctx)
+        self._outputs_read()  # it waited for the computation (as llama_synchronize would)
+        if address != self._logits_address:
+            size = self.options.max_outputs * self.n_vocab
+            buffer = (ctypes.c_float * size).from_address(address)
+            self._logits_view = np.ctypeslib.as_array(buffer).reshape(self.options.max_outputs, self.n_vocab)
+            self._logits_address = address
+        return self._logits_view[:rows]
 
     def _resync_after_failure(self) -> None:
         """After a failed decode, make `cached` describe what the KV cache really holds."""

@@ -15,13 +15,14 @@ from pathlib import Path
 
 from .chat_template import ChatMessage, render_chat
 from .compat import check_pair
-from .decoding import DRAFT_MAX_LIMIT, GenerationConfig, generate
+from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
 from .errors import ContextOverflowError, ModelLoadError, TandemError
 from .events import Event
+from .generation import generate
 from .gguf_file import read_gguf
 from .llama_lib import llama_cpp
-from .model import LoadedModel, LoadOptions
+from .model import LoadedModel
 
 
 class ModelPair:
@@ -171,18 +172,17 @@ class ModelPair:
         config.drafter says who drafts (the draft model, prompt lookup, or auto).
 
         `costs`: what adaptive drafting learns (timings, long-run acceptance) goes here instead
-        of into the pair's own record; the benchmark keeps one per setting it compares."""
-        if not self._lock.acquire(blocking=False):
-            raise TandemError("a generation is already running on this model pair")
-        try:
-            yield from generate(
-                self.target,
-                self.draft,
-                prompt,
-                config,
-                speculative=speculative,
-                cancel=cancel,
-                costs=self.costs if costs is None else costs,
-            )
-        finally:
-            self._lock.release()
+        of into the pair's own record; the benchmark keeps one per setting it compares.
+
+        The pair runs one generation at a time: the returned generator takes the pair's lock
+        when it starts and gives it back when it ends (or is closed)."""
+        return generate(
+            self.target,
+            self.draft,
+            prompt,
+            config,
+            speculative=speculative,
+            cancel=cancel,
+            costs=self.costs if costs is None else costs,
+            lock=self._lock,
+        )

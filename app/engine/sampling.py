@@ -13,8 +13,9 @@ and the accept test), and numpy.random would cost ~7 MB of resident memory for n
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -35,13 +36,17 @@ class SamplerSettings:
     min_p: float = 0.05  # 0 = off
     seed: int | None = None
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0 or self.top_k == 1
+    # Whether this is greedy decoding (argmax); stored rather than a property because every
+    # round asks (see __post_init__).
+    greedy: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "greedy", self.temperature <= 0.0 or self.top_k == 1)
 
     def validate(self) -> None:
-        if self.temperature < 0:
-            raise ValueError("temperature must be 0 (greedy) or positive")
+        # Written so that NaN fails every check (a comparison with NaN is always False).
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError("temperature must be 0 (greedy) or a positive number")
         if self.top_k < 0:
             raise ValueError("top-k must be 0 (off) or positive")
         if not 0.0 < self.top_p <= 1.0:
@@ -131,10 +136,6 @@ def _top_p_keep(p: FloatArray, top_p: float) -> IntArray:
     cum = np.cumsum(p[order])
     cut = int(np.searchsorted(cum, top_p, side="left")) + 1
     return order[: min(cut, len(order))]
-
-
-def greedy_token(logits: npt.NDArray[np.float32]) -> int:
-    return int(np.argmax(logits))
 
 
 def residual(p: Dist, q: Dist) -> Dist:

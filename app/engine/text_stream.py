@@ -20,9 +20,18 @@ from .events import Origin, TokenEvent
 
 
 class TokenStream:
-    def __init__(self, piece: Callable[[int], bytes], stop_strings: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        piece: Callable[[int], bytes],
+        stop_strings: Sequence[str] = (),
+        texts: dict[int, str] | None = None,
+    ) -> None:
+        """`piece`: a token's bytes. `texts` (optional, a fast path): a cache of token -> text
+        for tokens whose bytes are complete UTF-8 on their own, filled in as they are met."""
         self._piece = piece
+        self._texts = texts if texts is not None else {}
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = False  # the decoder holds the start of a character
         self._stops = [s for s in stop_strings if s]
         self._held: list[TokenEvent] = []
         self._released: list[str] = []
@@ -36,11 +45,25 @@ class TokenStream:
         """Feed one token; return the events that can be shown now."""
         if self.stopped:
             return []
-        text = self._decoder.decode(self._piece(token))
-        self._held.append(TokenEvent(token, text, origin))
-        if not self._stops:
-            return self._release(len(self._held))
+        text = None if self._pending else self._texts.get(token)
+        if text is None:
+            text = self._decode(token)
+        event = TokenEvent(token, text, origin)
+        if not self._stops:  # nothing to hold back (the path taken for every token, usually)
+            self._released.append(text)
+            return [event]
+        self._held.append(event)
         return self._check_stops()
+
+    def _decode(self, token: int) -> str:
+        """The token's text through the incremental decoder, which joins characters split
+        across tokens; complete tokens are remembered for the fast path."""
+        data = self._piece(token)
+        text = self._decoder.decode(data)
+        self._pending = bool(self._decoder.getstate()[0])
+        if not self._pending and text.encode("utf-8") == data:
+            self._texts[token] = text  # its bytes were complete UTF-8 on their own
+        return text
 
     def finish(self) -> list[TokenEvent]:
         """End of generation: release what was held. An incomplete trailing character (the

@@ -14,23 +14,25 @@ import sys
 import time
 from collections.abc import Iterable
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from app.catalog.units import format_bytes
-from app.engine import ModelPair, TandemError, check_pair, read_gguf
+from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, read_gguf
+from app.session.pairs import PairRef
+from app.session.prompts import no_template_note
 from app.ui.conversations import Conversation, ConversationStore
+from app.ui.jobs import LoadedPair
 from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured
 from app.ui.priority import WorkerPool, lower_this_thread, ui_nice
 from app.ui.screens.chat import ChatScreen
 from app.ui.screens.picker import PickerScreen
-from app.ui.session import LoadedPair, PairRef
 from app.ui.settings import Settings, load_settings, save_settings
 from app.ui.speed import SpeedReference, SpeedStore, calibrate
-from app.ui.storage import AppDirs, read_json, write_json
+from app.ui.storage import AppDirs, read_json, update_json
 
 GIL_SWITCH_S = 0.0005
 
@@ -90,17 +92,27 @@ class TandemApp(App[None]):
             self.action_pairs(first_run=True)
 
     def last_pair(self) -> PairRef | None:
+        """The pair used last, if its files are still there (with its catalog entry, so the
+        pair's own settings apply as when it was picked)."""
         state = read_json(self.dirs.state_file)
         ref = PairRef.from_json(state.get("last_pair")) if isinstance(state, dict) else None
-        if ref is not None and ref.target.is_file() and ref.draft.is_file():
-            return ref
+        if ref is not None and ref.target.is_file() and ref.draft is not None and ref.draft.is_file():
+            return ref.with_catalog_entry()
         return None
 
     def _remember_pair(self, ref: PairRef) -> None:
-        state = read_json(self.dirs.state_file)
-        state = state if isinstance(state, dict) else {}
-        state["last_pair"] = ref.to_json()
-        write_json(self.dirs.state_file, state)
+        def change(state: Any) -> dict[str, Any]:
+            new: dict[str, Any] = dict(state) if isinstance(state, dict) else {}
+            new["last_pair"] = ref.to_json()
+            return new
+
+        try:
+            # Locked read-modify-write: another instance of the app may be saving its own state.
+            update_json(self.dirs.state_file, change)
+        except OSError as exc:  # the pair is loaded; only the next start will not reopen it
+            self.notify(
+                f"Could not remember this pair for the next start: {exc}", severity="warning", markup=False
+            )
 
     # ------------------------------------------------------------------ loading
     def load_pair(self, ref: PairRef) -> bool:
@@ -111,7 +123,7 @@ class TandemApp(App[None]):
         self.loading = ref
         self.chat.stop_generation()
         self.chat.refresh_pair()
-        options = self.settings.load_options()
+        options = self.settings.load_options(ref.spec)
         self.run_worker(
             partial(self._load_thread, ref, self.loaded, options), thread=True, group="load", name="load pair"
         )
@@ -125,6 +137,8 @@ class TandemApp(App[None]):
         try:
             # Cheap checks first (headers and tokenizers, no weights): a wrong choice keeps
             # the current pair loaded.
+            if ref.draft is None:
+                raise TandemError("the app needs a draft model: pick a pair with a draft")
             check_pair(read_gguf(ref.target), read_gguf(ref.draft))
         except TandemError as exc:
             self.post_message(PairLoadFailed(ref, str(exc), old))
@@ -154,9 +168,10 @@ class TandemApp(App[None]):
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
+        notes = [*pair.notes, *filter(None, [no_template_note(pair)])]
         self.chat.pair_loaded_note(
             f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
-            + "".join(f" Note: {n}" for n in pair.notes)
+            + "".join(f" Note: {n}." for n in notes)
         )
         self._pop_picker()
         if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):
@@ -213,7 +228,10 @@ class TandemApp(App[None]):
         self.chat.refresh_pair()
 
     def set_speed(self, loaded: LoadedPair, reference: SpeedReference) -> None:
-        self.speeds.put(loaded.ref.key, reference)
+        try:
+            self.speeds.put(loaded.ref.key, reference)
+        except OSError as exc:  # shown now; only the next start will not know it
+            self.notify(f"Could not save the measured speed: {exc}", severity="warning", markup=False)
         if loaded is self.loaded:
             self.speed = reference
             self.chat.refresh_pair()
@@ -243,6 +261,11 @@ class TandemApp(App[None]):
                 timeout=15,
                 markup=False,
             )
+
+    def generation_config(self) -> GenerationConfig:
+        """The settings as the engine will run them with the loaded pair (its catalog entry's
+        draft_max and p_min apply where the settings leave them unchosen)."""
+        return self.settings.generation_config(self.loaded.ref.spec if self.loaded else None)
 
     def chat_busy(self) -> bool:
         return self.chat.job is not None
@@ -301,7 +324,7 @@ class TandemApp(App[None]):
         except OSError as exc:
             self.notify(f"Could not save the settings: {exc}", severity="error", markup=False)
         self.chat.refresh_pair()
-        if settings.needs_reload(old) and self.loaded is not None:
+        if self.loaded is not None and settings.needs_reload(old, self.loaded.ref.spec):
             self.notify("Loading options changed: reloading the pair.", markup=False)
             self.load_pair(self.loaded.ref)
         else:

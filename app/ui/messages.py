@@ -6,8 +6,9 @@ from pathlib import Path
 
 from textual.message import Message
 
+from app.session.pairs import PairRef
+from app.ui.jobs import LoadedPair
 from app.ui.pairs import CatalogListing, DiskModel, PairDownload
-from app.ui.session import LoadedPair, PairRef
 from app.ui.speed import SpeedReference
 
 

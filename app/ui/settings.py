@@ -8,15 +8,17 @@ a note, so an old or hand-edited file never stops the app.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.engine import DRAFT_MAX_LIMIT, DRAFTERS, GenerationConfig, LoadOptions, SamplerSettings, TandemError
-from app.engine.decoding import Drafter
+from app.engine import DrafterChoice, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from app.session.choices import Choices, generation_config, load_options
 from app.ui.storage import atomic_write_text
+
+if TYPE_CHECKING:
+    from app.catalog.spec import PairSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,49 +26,42 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+_SAMPLER = SamplerSettings()
+
+# settings.toml's format. Files without a version were written when the app stored every
+# setting, defaults included: their draft_max = 12 and n_ctx = 4096 were the app's defaults, not
+# the user's choice, and are read as "not chosen" so that a catalog pair's own values apply.
+SETTINGS_VERSION = 2
+_UNVERSIONED_DEFAULTS = {"draft_max": 12, "n_ctx": 4096}
 
 
 @dataclass(frozen=True)
 class Settings:
-    # Drafting (docs/benchmarks.md: adaptive with room up to 12 did best on the test pair).
-    draft_max: int = 12
+    """The app's settings. None means "not chosen": the loaded catalog pair's setting where it
+    has one, else the engine's default (app/session/choices.py layers them)."""
+
+    # Drafting: K (None: the pair's draft_max, else 12 adaptive / 5 fixed), adaptive K.
+    draft_max: int | None = None
     adaptive: bool = True
     # Who drafts: the draft model, prompt lookup (continue text found earlier in the context),
     # or auto: each round whichever promises more tokens per second.
-    drafter: Drafter = "auto"
+    drafter: DrafterChoice = GenerationConfig.drafter
     # Sampling: temperature 0 is greedy decoding (the output is then exactly reproducible).
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    temperature: float = _SAMPLER.temperature
+    top_k: int = _SAMPLER.top_k
+    top_p: float = _SAMPLER.top_p
+    min_p: float = _SAMPLER.min_p
     seed: int | None = None
+    # Chat answers run longer than `tandem run`'s one-off 256 tokens.
     max_tokens: int = 512
     # Loading: a change takes effect when the pair is next loaded.
-    n_ctx: int = 4096
-    n_gpu_layers: int = -1
-    n_threads: int | None = None  # None: one per core (llama.cpp's default)
+    n_ctx: int | None = None  # None: the pair's context, else 4096
+    n_gpu_layers: int = LoadOptions.n_gpu_layers
+    n_threads: int | None = None  # None: chosen from the CPU count (model.default_threads)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
-    def validate(self) -> None:
-        """Raise TandemError with one sentence naming the first bad value."""
-        if self.drafter not in DRAFTERS:
-            raise TandemError(f"the drafter must be one of: {', '.join(DRAFTERS)}")
-        if not 0 <= self.draft_max <= DRAFT_MAX_LIMIT:
-            raise TandemError(f"K (draft max) must be between 0 and {DRAFT_MAX_LIMIT}")
-        if self.max_tokens < 1:
-            raise TandemError("max tokens must be at least 1")
-        if self.n_ctx < 64:
-            raise TandemError("the context size must be at least 64 tokens")
-        if self.n_threads is not None and self.n_threads < 1:
-            raise TandemError("CPU threads must be at least 1 (or empty: one per core)")
-        if self.n_gpu_layers < -1:
-            raise TandemError("GPU layers must be -1 (all), 0 (none) or a positive number")
-        if not math.isfinite(self.temperature):
-            raise TandemError("temperature must be a number")
-        self.generation_config().validate()
-
-    def generation_config(self) -> GenerationConfig:
-        return GenerationConfig(
+    def choices(self) -> Choices:
+        return Choices(
             max_tokens=self.max_tokens,
             draft_max=self.draft_max,
             adaptive=self.adaptive,
@@ -78,14 +73,24 @@ class Settings:
                 min_p=self.min_p,
                 seed=self.seed,
             ),
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            n_threads=self.n_threads,
         )
 
-    def load_options(self) -> LoadOptions:
-        return LoadOptions(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, n_threads=self.n_threads)
+    def validate(self) -> None:
+        """Raise TandemError with one sentence naming the first bad value."""
+        self.choices().validate()
 
-    def needs_reload(self, other: Settings) -> bool:
+    def generation_config(self, pair: PairSpec | None = None) -> GenerationConfig:
+        return generation_config(self.choices(), pair)
+
+    def load_options(self, pair: PairSpec | None = None) -> LoadOptions:
+        return load_options(self.choices(), pair)
+
+    def needs_reload(self, other: Settings, pair: PairSpec | None = None) -> bool:
         """Whether going from `other` to these settings changes how models are loaded."""
-        return self.load_options() != other.load_options()
+        return self.load_options(pair) != other.load_options(pair)
 
     @property
     def greedy(self) -> bool:
@@ -127,7 +132,10 @@ def load_settings(path: Path) -> tuple[Settings, list[str]]:
         note = f"{path} could not be read ({exc}); using the default settings"
         return Settings(), [_keep_broken(path, note)]
     values: dict[str, Any] = {}
+    versioned = data.pop("version", None) is not None
     for key, value in data.items():
+        if not versioned and _UNVERSIONED_DEFAULTS.get(key) == value and not isinstance(value, bool):
+            continue  # written by an older app as its default, not chosen (see SETTINGS_VERSION)
         allowed = _TYPES.get(key)
         where = f"{path}:{_line_of(text, key)}"
         if allowed is None:
@@ -189,7 +197,11 @@ def _toml_value(value: object) -> str:
 
 
 def settings_toml(settings: Settings) -> str:
-    lines = ["# Tandem settings (written by the app; safe to edit while it is closed)."]
+    lines = [
+        "# Tandem settings (written by the app; safe to edit while it is closed).",
+        "# A setting left out is not chosen: the catalog pair's value where it has one, else the default.",
+        f"version = {SETTINGS_VERSION}",
+    ]
     for f in fields(Settings):
         value = getattr(settings, f.name)
         if value is None:  # TOML has no null: an absent key means "not set"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TINY_CATALOG
+from catalogs import TINY_CATALOG
 
 from app.catalog import CatalogError, load_catalog
 from app.catalog.spec import BUILTIN_CATALOG, parse_catalog_file, quantization_from_name, split_parts

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import model_files
 import pytest
-from conftest import link_or_copy
+from catalogs import link_or_copy
 from split_gguf import write_split
 
 from app.catalog import LocalGGUF, discover_ggufs, drafts_for

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_REPO
+from catalogs import TINY_REPO
 from hub_server import FakeHub
 
 from app.catalog import DownloadError, ModelFile, download_file, local_file

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TINY_REPO, link_or_copy
+from catalogs import TINY_REPO, link_or_copy
 from hub_server import FakeHub
 
 from app.catalog import DownloadError, DownloadProgress, ModelFile, download_file, local_file

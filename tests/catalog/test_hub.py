@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_REPO
+from catalogs import TINY_REPO
 from hub_server import FakeHub
 from split_gguf import write_split
 

@@ -146,7 +146,7 @@ def test_bad_input_is_one_line_and_nonzero(
     elif case == "empty-prompt":
         prompt, expect = "   ", "prompt is empty"
     elif case == "bad-k":
-        extra, expect = ["--draft-max", "99"], "draft max (K) must be between"
+        extra, expect = ["--draft-max", "99"], "K (draft max) must be between"  # the app's words too
     elif case == "unknown-arch":
         target = draft = str(model_files.tiny_model("alien-arch", seed=4, arch="fancy-new-arch"))
         expect = "does not support the 'fancy-new-arch' architecture"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.bench.replay import Policy, Trace, _ReplayCostModel, replay, replay_all, trace_from_rounds
+from app.bench.replay import Policy, ReplayCostModel, Trace, replay, replay_all, trace_from_rounds
 from app.engine.costs import MeasuredCosts
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from app.engine.events import RoundEvent
@@ -146,7 +146,7 @@ def test_a_cold_start_with_early_rejections_resumes_drafting(rejected: list[int]
     # optimistic α never resumed here: the target's speed; reverted, docs/benchmarks.md.)
     costs = _linear_costs(0.65, 0.17, 0.8, 0.25)
     trace = Trace("x", [i not in rejected for i in range(129)], eog=False)
-    adaptive = replay(trace, AdaptivePolicy(12, _ReplayCostModel(costs)), costs, 128)
+    adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs)), costs, 128)
     target_alone = replay(trace, FixedPolicy(0), costs, 128)
     assert adaptive[0] == target_alone[0] == 128
     assert target_alone[1] / adaptive[1] >= 1.04

@@ -11,7 +11,7 @@ from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 
 from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from app.engine.drafters import LookupDrafter
+from app.engine.drafters.lookup import LookupDrafter
 
 SUMMARY = (
     "Summarize this text, quoting its key sentences.\n\nThe Old Mill Bridge was designed by the engineer "

@@ -21,8 +21,8 @@ import pytest
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 
+import app.engine.round as round_module  # where verification lives
 from app.engine import ModelPair, SamplerSettings
-from app.engine import decoding as decoding_module
 
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 N_TOKENS = 3
@@ -130,9 +130,9 @@ def test_broken_verification_is_detected(
 ) -> None:
     prompt, joint = setup
     if breakage == "residual is p":
-        monkeypatch.setattr(decoding_module, "residual", lambda p, q: p)
+        monkeypatch.setattr(round_module, "residual", lambda p, q: p)
     else:
-        monkeypatch.setattr(decoding_module, "accept_draft", lambda p, q, token, rng: True)
+        monkeypatch.setattr(round_module, "accept_draft", lambda p, q, token, rng: True)
     # The very test the correct implementation passes (same samples, same threshold) fails.
     counts = sample_counts(sampling_pair, prompt, N_SAMPLES, speculative=True)
     p = chi_square_p(joint, counts)

@@ -7,46 +7,17 @@ or bonus is the same on every run (greedy decoding with a fixed K depends on the
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "catalog"))
-
 import model_files
-from hub_server import FakeHub
+import pytest
+from catalogs import TINY_ONLY_CATALOG
 from ui_helpers import FIXED
 
-from app.ui.session import PairRef
+from app.session.pairs import PairRef
 from app.ui.settings import Settings, save_settings
 from app.ui.storage import AppDirs
-
-TINY_REPO = "test-org/tiny-GGUF"
-TINY_CATALOG = f"""
-include_builtin = false
-default = "tiny"
-
-[[pair]]
-name = "tiny"
-description = "two tiny random-weight models with SmolLM2's tokenizer"
-shines_on = "tests"
-draft_max = 4
-context = 1024
-
-[pair.target]
-repo_id = "{TINY_REPO}"
-filename = "tiny-a.gguf"
-
-[pair.draft]
-repo_id = "{TINY_REPO}"
-filename = "tiny-a-draft.gguf"
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -62,20 +33,12 @@ def ui_env(hf_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def tiny_hub(
-    hf_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_target: Path, tiny_draft: Path
-) -> Iterator[FakeHub]:
-    """A local fake hub serving the tiny pair, and a catalog whose only (default) pair it is."""
-    server = FakeHub(lifetime_s=300).start()
-    server.add(TINY_REPO, "tiny-a.gguf", tiny_target)
-    server.add(TINY_REPO, "tiny-a-draft.gguf", tiny_draft)
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+def tiny_only_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A catalog whose only (and default) pair is `tiny`, through TANDEM_CATALOG."""
     catalog = tmp_path / "pairs.toml"
-    catalog.write_text(TINY_CATALOG)
+    catalog.write_text(TINY_ONLY_CATALOG)
     monkeypatch.setenv("TANDEM_CATALOG", str(catalog))
-    yield server
-    server.stop()
+    return catalog
 
 
 @pytest.fixture

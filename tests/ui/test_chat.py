@@ -10,9 +10,9 @@ from textual.widgets import Input, Markdown
 from ui_helpers import FIXED, run_app, send, start_sending, wait_for, wait_ready
 
 from app.engine import Origin
+from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.conversations import ConversationStore
-from app.ui.session import PairRef
 from app.ui.storage import AppDirs
 from app.ui.widgets.chat_log import AnswerView, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel

@@ -14,9 +14,9 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TabbedContent
 from ui_helpers import run_app, wait_for, wait_ready
 
+from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.screens.picker import PickerScreen
-from app.ui.session import PairRef
 from app.ui.storage import AppDirs, read_json
 
 
@@ -31,7 +31,7 @@ def text_of(screen: PickerScreen, selector: str) -> str:
 
 
 def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
-    dirs: AppDirs, tiny_hub: FakeHub
+    dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path
 ) -> None:
     for f in tiny_hub.files.values():
         f.chunk_delay_s = 0.002  # slow enough to see progress
@@ -71,7 +71,7 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
     run_app(again, second)
 
 
-def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub) -> None:
+def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path) -> None:
     for f in tiny_hub.files.values():
         f.chunk_delay_s = 0.02  # ~3 MB/s: the tiny target takes a few seconds
     app = TandemApp(dirs=dirs, calibrate_speed=False)

@@ -89,7 +89,7 @@ def test_the_app_lowers_its_ui_thread_and_not_the_engine(
         from pathlib import Path
         from app.ui.app import TandemApp
         from app.ui.priority import thread_nice
-        from app.ui.session import PairRef
+        from app.session.pairs import PairRef
         from app.ui.settings import save_settings
         from app.ui.storage import AppDirs
         from ui_helpers import FIXED, start_sending, wait_for, wait_ready

@@ -8,11 +8,11 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, Switch
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
+from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.screens.demo import DemoPane, DemoScreen, first_difference
 from app.ui.screens.help import HelpScreen
 from app.ui.screens.settings import SettingsScreen
-from app.ui.session import PairRef
 from app.ui.settings import load_settings
 from app.ui.storage import AppDirs
 

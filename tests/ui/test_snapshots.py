@@ -22,10 +22,10 @@ from textual.widgets import Input
 from ui_helpers import wait_for, wait_ready
 
 from app.engine import Origin
+from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.conversations import Conversation
 from app.ui.screens.demo import DemoPane, DemoScreen
-from app.ui.session import PairRef
 from app.ui.speed import SpeedReference
 from app.ui.storage import AppDirs, write_json
 from app.ui.widgets.stats import StatsPanel, StatsView

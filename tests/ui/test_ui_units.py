@@ -13,8 +13,10 @@ from textual.app import App, ComposeResult
 from textual.strip import Strip
 
 from app.engine import Origin, PrefillEvent, RoundEvent, TokenEvent
+from app.session.pairs import PairRef
 from app.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
-from app.ui.session import EventBuffer, LiveStats, PairRef
+from app.ui.jobs import EventBuffer
+from app.ui.live_stats import LiveStats
 from app.ui.settings import Settings, load_settings, save_settings, settings_toml
 from app.ui.storage import atomic_write_text
 from app.ui.widgets.pass_chart import PassChart

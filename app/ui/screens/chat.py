@@ -23,9 +23,11 @@ from textual.events import Resize
 from textual.widgets import Footer, Header, Input, Static
 
 from app.engine import DoneEvent
+from app.session.prompts import FittingChatPrompt
 from app.ui.conversations import Conversation, Turn, encode_spans
+from app.ui.jobs import GenerationJob, JobFailed
+from app.ui.live_stats import LiveStats, stats_summary
 from app.ui.screens.streaming import StreamingScreen, take_events
-from app.ui.session import FittingChatPrompt, GenerationJob, JobFailed, LiveStats, stats_summary
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
 
@@ -137,10 +139,16 @@ class ChatScreen(StreamingScreen):
 
     def stats_view(self) -> StatsView:
         app = self.tandem
-        s = app.settings
         live = self.live
         started = live.prefill is not None
         final = live.final
+        # K, adaptive and the drafter as the engine runs them: from the answer's StartEvent
+        # once there is one, else what the engine will run with these settings and this pair.
+        if live.start is not None:
+            k_max, adaptive, drafter = live.start.draft_max, live.start.adaptive, live.start.drafter
+        else:
+            cfg = app.generation_config()
+            k_max, adaptive, drafter = cfg.k_max, cfg.drafts_adaptively, cfg.drafter
         return StatsView(
             pair=app.loaded.ref.label if app.loaded else "",
             state=self._state_text(),
@@ -151,9 +159,9 @@ class ChatScreen(StreamingScreen):
             drafted=live.drafted,
             tokens_per_round=live.tokens_per_round if live.rounds else None,
             k=live.k if live.rounds else None,
-            k_max=s.draft_max,
-            adaptive=s.adaptive,
-            drafter=s.drafter,
+            k_max=k_max,
+            adaptive=adaptive,
+            drafter=drafter,
             last_drafter=live.drafter,
             lookup_rounds=live.lookup_rounds,
             rounds=live.rounds,
@@ -226,7 +234,7 @@ class ChatScreen(StreamingScreen):
         job = GenerationJob(
             app.loaded,
             prompt,
-            app.settings.generation_config(),
+            app.generation_config(),
             speculative=True,
             wake=lambda: self._wake(job.id),
         )

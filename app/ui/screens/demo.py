@@ -18,9 +18,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Input, Static
 
-from app.engine import ChatMessage, GenerationStats
+from app.engine import GenerationStats
+from app.session.prompts import text_prompt
+from app.ui.jobs import GenerationJob
+from app.ui.live_stats import LiveStats
 from app.ui.screens.streaming import StreamingScreen, take_events
-from app.ui.session import GenerationJob, LiveStats, chat_prompt_tokens
 from app.ui.speed import measured
 from app.ui.widgets.chat_log import STREAM_HEADROOM
 from app.ui.widgets.token_text import TokenText
@@ -155,12 +157,11 @@ class DemoScreen(StreamingScreen):
     def _start(self, stage: str, text: str) -> None:
         app = self.tandem
         assert app.loaded is not None
-        system = app.settings.system_prompt.strip()
-        messages = ([ChatMessage("system", system)] if system else []) + [ChatMessage("user", text)]
+        system = app.settings.system_prompt
         job = GenerationJob(
             app.loaded,
-            lambda pair: chat_prompt_tokens(pair, messages),
-            app.settings.generation_config(),
+            lambda pair: text_prompt(pair, text, system=system),
+            app.generation_config(),
             speculative=stage == "speculative",
             wake=lambda: self._wake(job.id),
         )

@@ -37,6 +37,7 @@ from textual.widgets import (
 from app.catalog import DownloadCancelled, FitVerdict, files_fit, pull_pair
 from app.catalog.units import format_bytes
 from app.engine import TandemError, compatibility_problems, read_gguf
+from app.session.pairs import PairRef
 from app.ui.messages import CatalogReady, DiskReady, DownloadFinished, DownloadUpdate, NetworkChecked
 from app.ui.pairs import (
     CatalogListing,
@@ -49,7 +50,6 @@ from app.ui.pairs import (
     hub_reachable,
     progress_text,
 )
-from app.ui.session import PairRef
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
@@ -200,7 +200,7 @@ class PickerScreen(Screen[None]):
         self.run_worker(partial(self._read_catalog, n_ctx), thread=True, group="picker-catalog")
         self.run_worker(self._scan_disk, thread=True, group="picker-disk")
 
-    def _read_catalog(self, n_ctx: int) -> None:
+    def _read_catalog(self, n_ctx: int | None) -> None:
         self.post_message(CatalogReady(catalog_rows(n_ctx)))
 
     def _scan_disk(self) -> None:
@@ -280,7 +280,7 @@ class PickerScreen(Screen[None]):
         if row is None:
             return
         if row.downloaded and row.target_path and row.draft_path:
-            self.start_load(PairRef(row.target_path, row.draft_path, row.spec.name), row.fit)
+            self.start_load(PairRef.from_catalog(row.spec, row.target_path, row.draft_path), row.fit)
         else:
             self.start_download(row)
 
@@ -362,7 +362,7 @@ class PickerScreen(Screen[None]):
             self.listing = CatalogListing(self.listing.catalog, rows)
         self._refresh_state(name)
         fit = next((r.fit for r in self.listing.rows if r.spec.name == name), None) if self.listing else None
-        self.start_load(PairRef(target, draft, name), fit)
+        self.start_load(PairRef.from_catalog(dl.spec, target, draft), fit)
 
     def _refresh_state(self, name: str) -> None:
         if self.listing is None:
@@ -493,7 +493,7 @@ class PickerScreen(Screen[None]):
 
     def _files_fit(self, ref: PairRef) -> FitVerdict | None:
         try:
-            return files_fit(ref.target, ref.draft, self.tandem.settings.n_ctx)
+            return files_fit(ref.target, ref.draft, self.tandem.settings.load_options().n_ctx)
         except (TandemError, OSError):
             return None
 

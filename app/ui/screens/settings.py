@@ -12,7 +12,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from app.engine import DRAFT_MAX_LIMIT, TandemError
+from app.engine import DRAFT_MAX_LIMIT, LoadOptions, TandemError
+from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
 from app.ui.settings import Settings
 
 DRAFTER_LABELS = {
@@ -27,7 +28,8 @@ FIELDS: list[tuple[str, str, str, str]] = [
         "draft_max",
         "K (draft max)",
         "integer",
-        f"most tokens the draft guesses per round, 0..{DRAFT_MAX_LIMIT}",
+        f"most guesses per round, 0..{DRAFT_MAX_LIMIT}; empty = the pair's, else {ADAPTIVE_K_MAX} "
+        f"adaptive / {FIXED_K} fixed",
     ),
     ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
     ("drafter", "Drafter", "select", "model, prompt lookup, or auto: per round, whichever is faster"),
@@ -37,11 +39,20 @@ FIELDS: list[tuple[str, str, str, str]] = [
     ("min_p", "Min-p", "number", "[0, 1); 0 = off"),
     ("seed", "Seed", "integer", "empty = random; a seeded sampling run repeats exactly"),
     ("max_tokens", "Max tokens", "integer", "longest answer"),
-    ("n_ctx", "Context size", "integer", "tokens; applies on the next load of the pair"),
+    (
+        "n_ctx",
+        "Context size",
+        "integer",
+        f"tokens; empty = the pair's, else {LoadOptions.n_ctx}; applies on the next load",
+    ),
     ("n_gpu_layers", "GPU layers", "integer", "-1 = all, 0 = CPU only; applies on the next load"),
-    ("n_threads", "CPU threads", "integer", "empty = one per core; applies on the next load"),
+    ("n_threads", "CPU threads", "integer", "empty = chosen from the CPU count; applies on the next load"),
     ("system_prompt", "System prompt", "text", "for new chats (Ctrl+G edits the current one)"),
 ]
+
+
+# Fields that may be left empty: not chosen (the pair's value or the default; see Settings).
+OPTIONAL = ("draft_max", "seed", "n_ctx", "n_threads")
 
 
 class SettingsScreen(ModalScreen[Settings | None]):
@@ -123,7 +134,7 @@ class SettingsScreen(ModalScreen[Settings | None]):
             raw = self.query_one(f"#{name}", Input).value.strip()
             if kind == "text":
                 values[name] = self.query_one(f"#{name}", Input).value
-            elif name in ("seed", "n_threads") and not raw:
+            elif name in OPTIONAL and not raw:
                 values[name] = None
             else:
                 try:

@@ -12,9 +12,10 @@ import time
 
 from textual.screen import Screen
 
-from app.engine import DoneEvent, PrefillEvent, RoundEvent, TokenEvent
+from app.engine import DoneEvent, PrefillEvent, RoundEvent, StartEvent, TokenEvent
+from app.ui.jobs import GenerationJob, JobFailed
+from app.ui.live_stats import LiveStats
 from app.ui.messages import StreamWake
-from app.ui.session import GenerationJob, JobFailed, LiveStats
 from app.ui.widgets.token_text import Piece
 
 # Far below what the eye needs (the engine emits a burst of tokens per round anyway), and each
@@ -68,7 +69,7 @@ def take_events(
                 ids.append(ev.id)
             if ev.text:
                 pieces.append((ev.text, ev.origin))
-        elif isinstance(ev, (RoundEvent, PrefillEvent)):
+        elif isinstance(ev, (RoundEvent, PrefillEvent, StartEvent)):
             live.feed(t, ev)
         elif isinstance(ev, DoneEvent):
             live.feed(t, ev)

@@ -1,0 +1,107 @@
+"""What a generation is asked to do and how models are loaded: the defaults every front-end
+shares.
+
+The CLI, the app, the benchmark and the catalog all start from these defaults; a catalog pair
+or a user's own choice overrides them (app/session/choices.py layers them, once). No llama.cpp
+here: the catalog imports this module without loading the bindings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import TandemError
+from .sampling import SamplerSettings
+
+# The largest verification batch (K + 1 rows of logits): contexts are created for it.
+DRAFT_MAX_LIMIT = 32
+
+# Most tokens drafted per round when adaptive drafting picks K (0..this) each round: measured on
+# the SmolLM2 pair (docs/benchmarks.md), adaptive drafting did best with room to go up to 12.
+ADAPTIVE_K_MAX = 12
+
+# Draft length when K is fixed (--no-adaptive, or seeded sampling): the best fixed K measured
+# on the reference pair. Seeded sampling drafts a fixed K because adaptive K follows measured
+# timings, and a different schedule consumes the random stream differently: the sample would
+# be equally valid but not the same from run to run, and a seed asks for repeatable output.
+FIXED_K = 5
+
+# Who drafts: the draft model, prompt lookup (continue an n-gram found earlier in the context;
+# no model needed), or auto (each round, whichever promises more tokens per second).
+DrafterChoice = Literal["model", "lookup", "auto"]
+DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "auto")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 256
+    # K: most tokens drafted per round. None: ADAPTIVE_K_MAX when K is chosen each round,
+    # FIXED_K when it is fixed (see `k_max`).
+    draft_max: int | None = None
+    # Choose K per round (0..draft_max) from measured acceptance and costs; off: always K.
+    adaptive: bool = True
+    # Stop a draft run early when the draft's own top probability falls below this: such
+    # guesses are usually rejected, and each costs a draft step. Depends on the draft alone,
+    # so it never changes the output.
+    p_min: float = 0.0
+    drafter: DrafterChoice = "auto"
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    stop: tuple[str, ...] = ()
+
+    @property
+    def drafts_adaptively(self) -> bool:
+        """Whether K is chosen each round: asked for, and not a seeded sampling run (whose
+        output must repeat, see FIXED_K)."""
+        seeded_sampling = self.sampler.seed is not None and not self.sampler.greedy
+        return self.adaptive and not seeded_sampling
+
+    @property
+    def k_max(self) -> int:
+        """The K this generation drafts with: the most per round (adaptive), or every round."""
+        if self.draft_max is not None:
+            return self.draft_max
+        return ADAPTIVE_K_MAX if self.drafts_adaptively else FIXED_K
+
+    def validate(self) -> None:
+        if self.max_tokens < 1:
+            raise TandemError("max tokens must be at least 1")
+        if self.draft_max is not None and not 0 <= self.draft_max <= DRAFT_MAX_LIMIT:
+            raise TandemError(f"K (draft max) must be between 0 and {DRAFT_MAX_LIMIT}")
+        if not 0.0 <= self.p_min < 1.0:  # also refuses NaN
+            raise TandemError("p-min must be in [0, 1)")
+        if self.drafter not in DRAFTER_CHOICES:
+            raise TandemError(f"the drafter must be one of: {', '.join(DRAFTER_CHOICES)}")
+        try:
+            self.sampler.validate()
+        except ValueError as exc:
+            raise TandemError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: every layer on the GPU when there is one
+    # None: half the logical CPUs above 4, all of them up to 4, at most 8 (model.default_threads)
+    n_threads: int | None = None
+    # Tokens per llama_decode call (prompt chunks). The compute buffer llama.cpp reserves grows
+    # with it (17.5 MiB at 512 for a 135M model, 8.8 MiB at 256) while prefill speed on CPU
+    # barely changes, so 256.
+    n_batch: int = 256
+    max_outputs: int = DRAFT_MAX_LIMIT + 1  # most logits rows one decode may ask for (K + 1)
+    use_mmap: bool = True
+    flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
+
+    def validate(self) -> None:
+        if self.n_ctx < MIN_CONTEXT:
+            raise TandemError(f"the context size must be at least {MIN_CONTEXT} tokens")
+        if self.n_gpu_layers < -1:
+            raise TandemError("GPU layers must be -1 (all), 0 (none) or a positive number")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise TandemError("CPU threads must be at least 1 (or left unset: chosen from the CPU count)")
+        if self.n_batch < 1 or self.max_outputs < 1:
+            raise TandemError("the batch size and the number of outputs must be at least 1")
+
+
+# Smaller contexts cannot hold a chat template's framing and an answer.
+MIN_CONTEXT = 64

@@ -1,0 +1,54 @@
+"""The draft model, finished by prompt lookup: the `auto` drafter's model rounds.
+
+After every draft-model token, prompt lookup is asked whether the text so far continues
+something earlier in the context; when it does, its tokens end the draft at no draft-model
+cost. (The draft model must later catch up on them: the scheduler weighs that.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from . import DrafterKind, Proposal
+from .lookup import LookupDrafter
+from .model import ModelDrafter
+
+
+class HybridDrafter:
+    kind: DrafterKind = "model"  # the round is the model's; `Proposal.looked_up` counts the tail
+
+    def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
+        self.model = model
+        self.lookup = lookup
+        # Set by the scheduler each round: the most tokens lookup may append, and the most
+        # tokens the whole draft may have (the round's K cap and budget).
+        self.tail_max = 0
+        self.total_max = 0
+
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
+        self.model.begin(prompt, should_stop)
+        self.lookup.begin(prompt, should_stop)
+
+    def draft(self, history: Sequence[int], k: int) -> Proposal:
+        """Up to k draft-model tokens, then whatever lookup continues them with."""
+        out = Proposal()
+        if k <= 0:
+            return out
+        for tok, q in self.model.tokens(history, out):
+            out.tokens.append(tok)
+            out.qs.append(q)
+            room = min(self.tail_max, self.total_max - len(out.tokens))
+            tail = self.lookup.continuation(history, out.tokens, room)
+            if tail:
+                more = self.lookup.proposal_from(tail)
+                out.tokens += more.tokens
+                out.qs += more.qs
+                out.looked_up = more.looked_up
+                break
+            if len(out.tokens) >= k:
+                break
+        return out
+
+    def accept(self, keep: int) -> None:
+        self.model.accept(keep)
+        self.lookup.accept(keep)

@@ -1,0 +1,85 @@
+"""Prompt lookup: no model, just the text already in the context.
+
+It finds the latest earlier place where the last n tokens of the context occurred and proposes
+what followed them there. It costs microseconds and shines when the answer copies from the
+input (summaries, code edits, quotes). Its proposals are deterministic, so q is one-hot: a token
+d is then accepted with probability p(d) and a rejection draws from p with d removed, which
+keeps sampling exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..sampling import Dist
+from . import DrafterKind, Proposal
+
+
+class LookupDrafter:
+    """Prompt lookup over an index of the context's n-grams.
+
+    The index maps each n-gram (ngram_min..ngram_max tokens) to the position just after its
+    latest occurrence that has a continuation, and is extended as the history grows, so a
+    search is a few dictionary lookups whatever the context length: cheap enough to run after
+    every draft-model step (the hybrid drafter)."""
+
+    kind: DrafterKind = "lookup"
+
+    def __init__(self, n_vocab: int, ngram_max: int = 4, ngram_min: int = 2) -> None:
+        self.n_vocab = n_vocab
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._latest: dict[tuple[int, ...], int] = {}
+        self._end = 0  # n-grams ending before this position are indexed
+        self._last = -1  # the token at _end - 1 when indexed: detects a different history
+
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
+        pass  # the index follows the history by itself (see _sync)
+
+    def draft(self, history: Sequence[int], k: int) -> Proposal:
+        return self.proposal_from(self.candidates(history, k))
+
+    def accept(self, keep: int) -> None:
+        pass  # nothing cached that the target's rollback could invalidate
+
+    def _sync(self, history: Sequence[int]) -> None:
+        # A generation's history only grows. Anything else (a shorter or different history)
+        # rebuilds the index; a stale index could only cost speed, never change the output.
+        if self._end > len(history) or (self._end and history[self._end - 1] != self._last):
+            self._latest.clear()
+            self._end = 0
+        latest, lo, hi = self._latest, self.ngram_min, self.ngram_max
+        # Only n-grams followed by at least one token: they end at len(history) - 1 at most.
+        for end in range(max(self._end, lo), len(history)):
+            for n in range(lo, min(hi, end) + 1):
+                latest[tuple(history[end - n : end])] = end
+        self._end = max(self._end, len(history))
+        if self._end:
+            self._last = history[self._end - 1]
+
+    def continuation(self, history: Sequence[int], tail: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence in `history` of the
+        longest suffix (ngram_max down to ngram_min tokens) of history + tail."""
+        if k <= 0:
+            return []
+        self._sync(history)
+        suffix = [*history[-self.ngram_max :], *tail][-self.ngram_max :]
+        for n in range(min(self.ngram_max, len(suffix)), self.ngram_min - 1, -1):
+            start = self._latest.get(tuple(suffix[-n:]))
+            if start is not None:
+                return list(history[start : start + k])
+        return []
+
+    def candidates(self, history: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest earlier occurrence of the longest suffix
+        (ngram_max down to ngram_min tokens) of history. Empty when nothing matches."""
+        return self.continuation(history, (), k)
+
+    def proposal_from(self, tokens: Sequence[int]) -> Proposal:
+        """Candidates as a proposal: each drawn from a one-hot q (the lookup is deterministic)."""
+        qs: list[Dist | None] = [
+            Dist(np.array([t], dtype=np.int64), np.ones(1), self.n_vocab) for t in tokens
+        ]
+        return Proposal(list(tokens), qs, looked_up=len(tokens))

@@ -1,0 +1,115 @@
+"""One speculative round: start reading here.
+
+    1. draft    a drafter proposes up to K tokens d1..dK (greedy, or sampled from q);
+    2. verify   the target decodes [last, d1..dK] in ONE batch, logits for all K+1 rows;
+    3. accept   the longest agreeing prefix (greedy: d_i == argmax p_i; sampling: rejection
+                sampling), then one token of the target's own: a correction, or the bonus
+                after all K were accepted;
+    4. roll back both states to what the target kept (llama_memory_seq_rm).
+
+The output is exactly the target's: every token the user sees is either a draft the target's
+own choice agrees with, or the target's choice itself. Which drafter runs and how long K is
+come from the scheduler (scheduler.py) as a `Plan`; K = 0, or no drafter, is one plain target
+step, which is also how the target alone runs. The loop around rounds (prefill, stopping,
+text, statistics) is generation.py.
+
+Invariant at the start of a round: `history` = prompt + answer so far; the target's cache
+holds history[:-1] (the last token goes into this round's batch); a draft model's cache holds
+a prefix of history (it catches up by itself).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from .drafters import Drafter, Proposal
+from .events import RoundEvent
+from .model import LoadedModel
+from .sampling import Dist, SamplerSettings, accept_draft, distribution, residual
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    drafter: Drafter | None  # None: a plain target step
+    k: int  # most tokens to draft
+
+
+PLAIN = Plan(None, 0)
+_NO_DRAFTS = Proposal()
+
+
+def run_round(
+    target: LoadedModel,
+    plan: Plan,
+    history: list[int],
+    sampler: SamplerSettings,
+    rng: random.Random,
+    cancel: threading.Event | None = None,
+) -> RoundEvent | None:
+    """Draft, verify in one batch, accept, roll back. None when cancelled while drafting."""
+    t0 = time.perf_counter()
+    drafter = plan.drafter
+    proposal = drafter.draft(history, plan.k) if drafter is not None and plan.k else _NO_DRAFTS
+    if proposal.tokens and cancel is not None and cancel.is_set():
+        return None  # cancelled while drafting: do not verify
+    drafts = proposal.tokens
+    t1 = time.perf_counter()
+    accepted, own = verify(target, history[-1], drafts, proposal.qs, sampler, rng)
+    keep = len(history) + accepted  # the last token and the accepted drafts
+    if accepted < len(drafts):
+        target.truncate(keep)
+    if drafter is not None:
+        drafter.accept(keep)
+    t2 = time.perf_counter()
+    tokens = (*drafts[:accepted], own)
+    return RoundEvent(  # (positional: built once a round, and keywords cost twice as much)
+        len(drafts),  # drafted
+        accepted,
+        len(tokens),  # emitted
+        t1 - t0,  # draft_s
+        t2 - t1,  # verify_s
+        plan.k,
+        drafter.kind if drafts and drafter is not None else "",
+        proposal.caught_up,
+        proposal.looked_up,
+        proposal.first_s,
+        proposal.passes,
+        tokens,
+    )
+
+
+def verify(
+    target: LoadedModel,
+    last: int,
+    drafts: list[int],
+    qs: list[Dist | None],
+    sampler: SamplerSettings,
+    rng: random.Random,
+) -> tuple[int, int]:
+    """The target decodes [last, d1..dK] in ONE batch (K + 1 rows of output); returns (how many
+    drafts it accepts, its own next token).
+
+    Greedy: accept while the draft is the target's argmax, then the argmax where it is not (or
+    after the last draft: the bonus). Sampling (Leviathan et al. 2023): accept d_i with
+    probability min(1, p(d_i)/q(d_i)); the first rejection draws from norm(max(0, p - q)), and
+    after K acceptances the bonus is drawn from p. p and q went through the same sampler
+    settings, which is what makes the result exactly a sample of the target's distribution."""
+    k = len(drafts)
+    if sampler.greedy:
+        best = target.decode_greedy([last, *drafts], "all")
+        accepted = 0
+        while accepted < k and drafts[accepted] == best[accepted]:
+            accepted += 1
+        return accepted, best[accepted]
+    logits = target.decode([last, *drafts], "all")
+    assert logits is not None
+    for j in range(k):
+        p = distribution(logits[j], sampler)
+        q = qs[j]
+        assert q is not None
+        if not accept_draft(p, q, drafts[j], rng):
+            return j, residual(p, q).sample(rng)
+    return k, distribution(logits[k], sampler).sample(rng)

@@ -1,0 +1,10 @@
+"""What every front-end does the same way: the layer under the CLI, the app and the benchmark.
+
+    choices.py   the user's choices, a catalog pair's settings and the engine's defaults, layered
+                 once into a GenerationConfig and LoadOptions
+    pairs.py     which models: a catalog pair (downloaded with the front-end's consent) or files
+    prompts.py   the one rule for turning messages or text into a prompt
+    collect.py   running a generation to the end and keeping what it produced; stats as JSON
+
+No UI code (no Textual, no terminal I/O): front-ends pass in what needs asking the user.
+"""

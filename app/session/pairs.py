@@ -1,0 +1,143 @@
+"""Which models a session uses: a catalog pair (downloaded first, with the user's consent) or
+two files on disk, resolved the same way for every front-end.
+
+A front-end describes what the user asked for as a `PairRequest` and passes in how to fetch
+missing files (`Fetch`: the CLI asks on the terminal and draws progress bars; the app has its
+own download panel). The result is a `PairRef`: the files, and the catalog entry they came
+from, whose settings then apply (choices.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.engine.errors import TandemError
+
+if TYPE_CHECKING:
+    from app.catalog.spec import ModelFile, PairSpec
+
+
+@dataclass(frozen=True)
+class PairRef:
+    """A target and (usually) a draft on disk, and the catalog pair they came from, if any."""
+
+    target: Path
+    draft: Path | None
+    name: str = ""  # the catalog name, when the pair came from the catalog
+    spec: PairSpec | None = field(default=None, compare=False)  # its entry: its settings apply
+
+    @classmethod
+    def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
+        return cls(target, draft, spec.name, spec)
+
+    @property
+    def key(self) -> str:
+        """Identifies the pair in the files the app keeps (measured speeds)."""
+        draft = str(self.draft.resolve()) if self.draft is not None else ""
+        return f"{self.target.resolve()}|{draft}"
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        t = _stem(self.target)
+        if self.draft is None:
+            return t
+        d = _stem(self.draft)
+        # "SmolLM2-135M-Instruct.F16 + SmolLM2-135M-Instruct.Q4_1" -> "SmolLM2-135M-Instruct F16 + Q4_1"
+        n = 0
+        for i, (a, b) in enumerate(zip(t, d, strict=False)):
+            if a != b:
+                break
+            if a in ".-_":
+                n = i + 1
+        if n >= 8 and n < len(t) and n < len(d):
+            return f"{t[: n - 1]} {t[n:]} + {d[n:]}"
+        return f"{t} + {d}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": str(self.target), "draft": str(self.draft or ""), "name": self.name}
+
+    @classmethod
+    def from_json(cls, d: Any) -> PairRef | None:
+        """A pair the app saved (always a target and a draft); None for anything else. The
+        catalog entry is looked up again by `with_catalog_entry`."""
+        if not isinstance(d, dict):
+            return None
+        target, draft, name = d.get("target"), d.get("draft"), d.get("name")
+        if not (isinstance(target, str) and target and isinstance(draft, str) and draft):
+            return None
+        return cls(Path(target), Path(draft), name if isinstance(name, str) else "")
+
+    def with_catalog_entry(self, catalog_path: Path | None = None) -> PairRef:
+        """The same files with their catalog entry (its settings), when the name is still in
+        the catalog; unchanged otherwise (a catalog that cannot be read costs only that)."""
+        if not self.name or self.spec is not None:
+            return self
+        from app.catalog import load_catalog
+
+        try:
+            spec = load_catalog(catalog_path).get(self.name)
+        except TandemError:
+            return self
+        return PairRef(self.target, self.draft, self.name, spec)
+
+
+def _stem(path: Path) -> str:
+    return path.name.removesuffix(".gguf")
+
+
+@dataclass(frozen=True)
+class PairRequest:
+    """The models a user asked for: a catalog pair by name, or a target (and draft) file."""
+
+    pair: str | None = None
+    target: Path | None = None
+    draft: Path | None = None
+    catalog: Path | None = None  # a user catalog read besides the built-in one
+
+
+# Gets the files of a catalog pair that are not on disk yet, asking the user first if the
+# front-end does; raises TandemError (or DownloadCancelled) when they will not be there.
+Fetch = Callable[["PairSpec", Sequence["ModelFile"]], None]
+
+
+def resolve_pair(request: PairRequest, *, use_draft: bool, need_draft: bool, fetch: Fetch) -> PairRef:
+    """The files to load for `request`.
+
+    `use_draft`: the generation would use a draft model if there is one (a pair then brings
+    its draft); `need_draft`: it cannot run without one (the model drafter)."""
+    if request.pair:
+        if request.target or request.draft:
+            raise TandemError("use either --pair NAME or --target/--draft, not both")
+        return _catalog_pair(request, use_draft or need_draft, fetch)
+    if request.target is None:
+        raise TandemError(
+            "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
+        )
+    if need_draft and request.draft is None:
+        raise TandemError(
+            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
+            "with --drafter lookup (or run the target alone with --baseline)"
+        )
+    draft = request.draft.expanduser() if request.draft is not None and use_draft else None
+    return PairRef(request.target.expanduser(), draft)
+
+
+def _catalog_pair(request: PairRequest, with_draft: bool, fetch: Fetch) -> PairRef:
+    from app.catalog import load_catalog, local_file
+
+    assert request.pair is not None
+    spec = load_catalog(request.catalog).get(request.pair)
+    files = [spec.target, spec.draft] if with_draft else [spec.target]
+    missing = [f for f in files if local_file(f) is None]
+    if missing:
+        fetch(spec, missing)
+    target = local_file(spec.target)
+    draft = local_file(spec.draft) if with_draft else None
+    if target is None or (with_draft and draft is None):
+        raise TandemError(f"pair {spec.name} is still incomplete in the Hugging Face cache")
+    return PairRef.from_catalog(spec, target, draft)

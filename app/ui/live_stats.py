@@ -1,0 +1,79 @@
+"""The numbers on screen while an answer streams, and what a saved answer keeps of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine import DoneEvent, Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent
+
+
+@dataclass
+class LiveStats:
+    """Decode speed, acceptance, tokens per target pass and K, updated event by event.
+
+    The speed counts from the end of prefill (the engine's own definition), using the times
+    the engine thread produced the events, so a busy screen cannot make it look slower.
+    """
+
+    speculative: bool = True
+    start: StartEvent | None = None  # how the engine drafts this answer (K, adaptive, drafter)
+    prefill: PrefillEvent | None = None
+    t_start: float = 0.0
+    t_last: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    k: int = 0
+    drafter: str = ""  # who drafted the last round: "model", "lookup" or "" (no draft)
+    lookup_rounds: int = 0
+    per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
+    final: GenerationStats | None = None
+
+    def feed(self, t: float, ev: Event) -> None:
+        if isinstance(ev, RoundEvent):
+            self.rounds += 1
+            self.drafted += ev.drafted
+            self.accepted += ev.accepted
+            self.generated += ev.emitted
+            self.k = ev.k
+            self.drafter = ev.drafter
+            self.lookup_rounds += ev.drafter == "lookup"
+            self.t_last = t
+            self.per_round.append(float(ev.emitted))
+        elif isinstance(ev, PrefillEvent):
+            self.prefill = ev
+            self.t_start = self.t_last = t
+        elif isinstance(ev, StartEvent):
+            self.start = ev
+        elif isinstance(ev, DoneEvent):
+            self.final = ev.stats
+
+    @property
+    def tokens_per_s(self) -> float:
+        if self.final is not None:
+            return self.final.decode_tokens_per_s
+        dt = self.t_last - self.t_start
+        return self.generated / dt if dt > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.generated / self.rounds if self.rounds else 0.0
+
+
+def stats_summary(s: GenerationStats) -> dict[str, Any]:
+    """What a saved answer remembers about how it was produced."""
+    return {
+        "mode": s.mode,
+        "tokens_per_s": round(s.decode_tokens_per_s, 2),
+        "generated": s.generated,
+        "acceptance": round(s.acceptance_rate, 4),
+        "tokens_per_round": round(s.tokens_per_round, 3),
+        "prefill_tokens": s.prefill_tokens,
+        "stop_reason": s.stop_reason,
+    }

@@ -1,0 +1,149 @@
+"""The CLI, the app and the benchmark agree: one prompt rule, one way to apply a catalog pair,
+one set of defaults, and the numbers on screen are what the engine ran.
+
+Each test pins one of the disagreements the session layer (app/session) removed."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import model_files
+import pytest
+from catalogs import TINY_CATALOG
+
+from app.catalog.spec import load_catalog
+from app.cli.main import build_parser
+from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
+from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
+from app.session.choices import Choices, generation_config, load_options
+from app.session.prompts import FittingChatPrompt, text_prompt, transcript
+from app.ui.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+TANDEM = [sys.executable, "-m", "app.cli.main"]
+
+
+def tandem(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TANDEM, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+# ---------------------------------------------------------------------- one prompt rule
+def test_a_model_without_a_chat_template_gets_the_same_transcript_from_run_and_the_app() -> None:
+    base_model = model_files.tiny_model("no-template", seed=5, chat_template=False)
+    text = "Name three rivers."
+    with ModelPair.load(base_model, None, LoadOptions(n_ctx=512, n_threads=1)) as pair:
+        assert not pair.has_chat_template()
+        expected = pair.raw_prompt(transcript([ChatMessage("user", text)]))
+        assert text_prompt(pair, text) == expected  # `tandem run`, the bench and the demo
+        chat = FittingChatPrompt([ChatMessage("user", text)], answer_room=64)  # the app's chat
+        assert chat(pair) == expected
+    res = tandem("run", "--target", str(base_model), "--baseline", "--json", "-n", "4", text)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["stats"]["prompt_tokens"] == len(expected)
+    assert "no chat template" in res.stderr and "transcript" in res.stderr
+
+
+# ---------------------------------------------------------------------- one way to apply a pair
+# (run, chat and the picker applying a pair alike: tests/ui/test_pair_settings.py)
+DISTINCT = TINY_CATALOG.replace("draft_max = 4", "draft_max = 3\np_min = 0.15").replace(
+    "context = 512", "context = 768"
+)
+
+
+@pytest.fixture
+def distinct_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "pairs.toml"
+    path.write_text('include_builtin = false\ndefault = "tiny"\n' + DISTINCT)
+    monkeypatch.setenv("TANDEM_CATALOG", str(path))
+    return path
+
+
+def test_a_pair_s_draft_max_is_an_adaptive_cap_and_a_user_s_choice_wins(distinct_catalog: Path) -> None:
+    spec = load_catalog().get("tiny")
+    assert generation_config(Choices(), spec).k_max == 3
+    assert generation_config(Choices(draft_max=7), spec).k_max == 7
+    assert generation_config(Choices(adaptive=False), spec).k_max == FIXED_K  # a fixed K is the engine's
+    assert (
+        load_options(Choices(), spec).n_ctx == 768 and load_options(Choices(n_ctx=2048), spec).n_ctx == 2048
+    )
+
+
+# ---------------------------------------------------------------------- one set of defaults
+def test_every_front_end_starts_from_the_engine_s_defaults() -> None:
+    sampler = SamplerSettings()
+    run = build_parser().parse_args(["run", "--target", "t.gguf", "x"])
+    assert (run.temp, run.top_k, run.top_p, run.min_p, run.seed) == (
+        sampler.temperature,
+        sampler.top_k,
+        sampler.top_p,
+        sampler.min_p,
+        sampler.seed,
+    )
+    assert run.draft_max is None and run.ctx is None and run.p_min is None  # unset: layered later
+    assert Settings().choices().sampler == sampler  # the app
+    assert generation_config(Choices()) == GenerationConfig()
+    assert load_options(Choices()) == LoadOptions()
+    assert GenerationConfig().k_max == ADAPTIVE_K_MAX
+    assert replace(GenerationConfig(), adaptive=False).k_max == FIXED_K
+    seeded = replace(GenerationConfig(), sampler=SamplerSettings(temperature=0.7, seed=1))
+    assert seeded.k_max == FIXED_K and not seeded.drafts_adaptively  # the one fixed K of a seeded run
+
+
+def test_a_catalog_pair_without_settings_gets_the_engine_s_defaults(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.toml"
+    text = TINY_CATALOG.replace("draft_max = 4\n", "").replace("context = 512\n", "")
+    bare.write_text("include_builtin = false\n" + text)
+    spec = load_catalog(bare).get("tiny")
+    assert spec.context == LoadOptions().n_ctx
+    assert spec.draft_max == ADAPTIVE_K_MAX and spec.p_min == GenerationConfig().p_min
+
+
+# ---------------------------------------------------------------------- what the engine ran
+def test_a_seeded_sampling_run_says_it_drafts_a_fixed_k(smollm2_f16: Path, smollm2_q4_1: Path) -> None:
+    res = tandem(
+        "run",
+        "--target",
+        str(smollm2_f16),
+        "--draft",
+        str(smollm2_q4_1),
+        "--temp",
+        "0.8",
+        "--seed",
+        "7",
+        "-n",
+        "8",
+        "--json",
+        "Hello",
+    )
+    assert res.returncode == 0, res.stderr
+    stats = json.loads(res.stdout)["stats"]
+    assert (stats["draft_max"], stats["adaptive"]) == (FIXED_K, False)
+
+
+# ---------------------------------------------------------------------- structure
+def _names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        n.attr if isinstance(n, ast.Attribute) else n.id
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Attribute, ast.Name))
+    }
+
+
+def test_argparse_s_namespace_stays_in_the_cli_s_options_module() -> None:
+    app_dir = ROOT / "app"
+    users = sorted(str(p.relative_to(ROOT)) for p in app_dir.rglob("*.py") if "Namespace" in _names(p))
+    assert users == ["app/cli/options.py"]
+    options = ast.parse((app_dir / "cli" / "options.py").read_text())
+    imported = {n.module or "" for n in ast.walk(options) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(options) if isinstance(n, ast.Import) for a in n.names
+    }
+    assert not any(m.endswith("_cmd") for m in imported)  # no command module
+    assert not {"input", "stdin"} & _names(app_dir / "cli" / "options.py")  # no terminal I/O
+    assert isinstance(build_parser().parse_args([]), argparse.Namespace)
