@@ -134,6 +134,7 @@ def tiny_model(
     n_embd: int = 64,
     n_layer: int = 2,
     chat_template: bool = True,
+    poison: float | None = None,
 ) -> Path:
     """A small random-weight llama with SmolLM2's tokenizer (vocabulary 49152).
 
@@ -142,6 +143,8 @@ def tiny_model(
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
     tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
     chat_template=False: no `tokenizer.chat_template` (a base model).
+    poison: a value (NaN, inf) written into the output norm, so that every logit is not finite
+    (what an fp16 overflow on a GPU backend produces).
     """
     out = CACHE / f"tiny-{name}.gguf"
     if out.exists():
@@ -186,6 +189,8 @@ def tiny_model(
         base, extra = weights(base_seed), weights(seed)
         tensors = {k: v if k.endswith("norm.weight") else v + noise * extra[k] for k, v in base.items()}
     tensors["token_embd.weight"] = tensors["token_embd.weight"][:n_vocab]
+    if poison is not None:
+        tensors["output_norm.weight"] = np.full(n_embd, poison)
 
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), arch)

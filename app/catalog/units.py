@@ -1,4 +1,4 @@
-"""Byte counts for people: "4.92 GB" in, "4.9 GB" out.
+"""Sizes for people: "4.92 GB" in, "4.9 GB" out, and parameter counts ("135M", "8.0B").
 
 Decimal units (1 GB = 10^9 bytes) match what the Hugging Face hub and disk tools show, so a
 size Tandem prints can be compared with the hub's file listing at a glance.
@@ -44,3 +44,12 @@ def parse_bytes(text: str) -> int:
     if not m or unit not in _UNITS:
         raise ValueError(f"not a size: {text!r} (try 24G, 24GiB or a number of bytes)")
     return int(float(m.group(1)) * _UNITS[unit])
+
+
+def format_params(n: int) -> str:
+    """A parameter count the way model names write it: 135M, 8.0B (? when unknown)."""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K" if n else "?"

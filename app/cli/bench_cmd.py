@@ -96,7 +96,8 @@ def bench(opts: BenchOptions) -> int:
         flat = [t for e in encoded for t in e]
         context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
         sizes = range(2, k_top + 2)
-        costs = measure_costs(pair.target, pair.draft, context, sizes)
+        greedy = base.sampler.greedy
+        costs = measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy)
         c = f"{costs.c:.2f}" if costs.c is not None else "n/a (no draft model)"
         print(
             f"costs: target step {1000 * costs.target_step_s:.1f} ms; c = {c}; lookup search "
@@ -112,7 +113,7 @@ def bench(opts: BenchOptions) -> int:
         def progress(i: int, records: list[RunRecord]) -> None:
             print(f"[{i + 1}/{len(prompts)}] {prompts[i].category}: done", file=sys.stderr)
             if i + 1 in checkpoints:
-                measured.append(measure_costs(pair.target, pair.draft, context, sizes))
+                measured.append(measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy))
 
         records = run_bench(pair, prompts, encoded, settings, base, opts.runs, progress)
         meta = {

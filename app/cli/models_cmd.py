@@ -12,7 +12,7 @@ from typing import Any
 from app.catalog import LocalGGUF, drafts_for
 from app.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from app.catalog.hub_cache import hub_cache_dir
-from app.catalog.units import format_bytes
+from app.catalog.units import format_bytes, format_params
 from app.cli.options import ModelsOptions, models_options
 
 
@@ -29,14 +29,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--json", action="store_true", help="print the models and their drafts as JSON")
     p.set_defaults(func=models, options=models_options)
-
-
-def format_params(n: int) -> str:
-    if n >= 1e9:
-        return f"{n / 1e9:.1f}B"
-    if n >= 1e6:
-        return f"{n / 1e6:.0f}M"
-    return f"{n / 1e3:.0f}K" if n else "?"
 
 
 def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:

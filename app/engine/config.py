@@ -91,6 +91,9 @@ class LoadOptions:
     max_outputs: int = DRAFT_MAX_LIMIT + 1  # most logits rows one decode may ask for (K + 1)
     use_mmap: bool = True
     flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
+    # Greedy decoding on the CPU lets llama.cpp's own greedy sampler pick each token inside its
+    # graph (LoadedModel.decode_greedy); off: the logits are read and checked, as on a GPU.
+    greedy_in_graph: bool = True
 
     def validate(self) -> None:
         if self.n_ctx < MIN_CONTEXT:

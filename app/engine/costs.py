@@ -14,9 +14,10 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .drafters.lookup import LookupDrafter
-from .model import LoadedModel, Outputs
+from .model import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,12 @@ def measure_costs(
     context: Sequence[int],
     batch_sizes: Sequence[int],
     reps: int = 9,
+    *,
+    greedy: bool = False,
 ) -> MeasuredCosts:
     """Time single steps of both models, a lookup search, and batches of each size (target:
-    verification, all rows' logits; draft: catch-up, the last row's)."""
+    verification, all rows' output; draft: catch-up, the last row's). `greedy`: decode as a
+    greedy generation does (each row's argmax only, in llama.cpp's graph), else with logits."""
     tokens = list(context)
     largest = max(batch_sizes, default=1)
     if len(tokens) < largest + 2:
@@ -132,9 +136,15 @@ def measure_costs(
     for n in batch_sizes:
         times[f"v{n}"], times[f"d{n}"] = [], []
 
-    def timed(m: LoadedModel, n: int, rows: Outputs = "all") -> float:
+    def decode(m: LoadedModel, tokens: Sequence[int], rows: Literal["last", "all"]) -> None:
+        if greedy:
+            m.decode_greedy(tokens, rows)
+        else:
+            m.decode(tokens, rows)
+
+    def timed(m: LoadedModel, n: int, rows: Literal["last", "all"] = "all") -> float:
         t0 = time.perf_counter()
-        m.decode(probe[:n], rows if n > 1 else "last")
+        decode(m, probe[:n], rows if n > 1 else "last")
         dt = time.perf_counter() - t0
         m.truncate(len(base))
         return dt
@@ -144,7 +154,7 @@ def measure_costs(
         out = []
         for tok in probe[:n]:
             t0 = time.perf_counter()
-            m.decode([tok], "last")
+            decode(m, [tok], "last")
             out.append(time.perf_counter() - t0)
         m.truncate(len(base))
         return out

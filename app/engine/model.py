@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from . import llama_log
 from .config import LoadOptions
-from .errors import ContextOverflowError, GenerationError, ModelLoadError
+from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
 from .llama_lib import llama_cpp
 from .memory import kv_cache_bytes
@@ -177,11 +177,16 @@ class LoadedModel:
                 f"{name}: not enough {where} to {doing}. "
                 "Try a smaller context (--ctx), fewer GPU layers (--gpu-layers), or a smaller model."
             )
-        # The most specific line is llama.cpp's "error loading model: <reason>".
+        # The most specific line: what llama.cpp's GGUF reader objected to (it logs the reason,
+        # then a generic "failed to load model"), else its "error loading model: <reason>".
+        gguf = [e.split(":", 1)[1].strip() for e in errors if e.startswith("gguf_") and ":" in e]
         reasons = [
             e.split("error loading model:", 1)[1].strip() for e in errors if "error loading model:" in e
         ]
-        detail = reasons[-1] if reasons else (errors[-1].strip() if errors else "no reason given")
+        if gguf:
+            detail = f"its GGUF data is damaged ({gguf[0]})"
+        else:
+            detail = reasons[-1] if reasons else (errors[-1].strip() if errors else "no reason given")
         what = "load" if stage == "load" else "create a context for"
         return f"llama.cpp could not {what} {name}: {detail}"
 
@@ -251,7 +256,13 @@ class LoadedModel:
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        raw = text.encode("utf-8")
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: an undecodable byte of argv or a file
+            raise TandemError(
+                f"the text is not valid Unicode (an undecodable byte at character {exc.start}): "
+                "check its encoding (UTF-8 is expected)"
+            ) from None
         cap = len(raw) + 16
         buf = (llama_cpp.llama_token * cap)()
         n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
@@ -361,7 +372,13 @@ class LoadedModel:
         if self._greedy_chain is None and not self._greedy_in_graph(True):
             logits = self.decode(tokens, outputs)
             assert logits is not None
-            return logits.argmax(axis=1).tolist()  # type: ignore[no-any-return]
+            best = logits.argmax(axis=1)
+            # NaN and +inf win an argmax: a look at each winner finds them (see non_finite).
+            winners = logits[np.arange(len(best)), best]
+            if not np.isfinite(winners).all():
+                row = int(np.flatnonzero(~np.isfinite(winners))[0])
+                raise self.non_finite(len(self.cached) - len(best) + row)
+            return best.tolist()  # type: ignore[no-any-return]
         self._decode(tokens, outputs, None)
         ctx = self._ctx
         best = [_llama_get_sampled_token_ith(ctx, 0 if outputs == "all" else -1)]
@@ -372,8 +389,21 @@ class LoadedModel:
             raise GenerationError(f"llama.cpp's greedy sampler gave no token on the {self.role}")
         return best
 
+    def non_finite(self, position: int) -> GenerationError:
+        """The error for a row of logits holding NaN or infinity at `position`."""
+        where = "on the GPU: the backend likely overflowed (try --gpu-layers 0, or another quantization)"
+        return GenerationError(
+            f"{self.path.name} (the {self.role}) produced NaN or infinite logits at position {position}, "
+            + (where if self.gpu_layers else "on the CPU: its weights are likely damaged (try another file)")
+        )
+
     def _greedy_in_graph(self, on: bool) -> bool:
         """Switch llama.cpp's in-graph greedy sampler on or off; whether it is on.
+
+        Only for a model that runs on the CPU: the in-graph argmax never shows the logits, so
+        NaN or infinite ones (an fp16 overflow, the known failure of GPU backends) would go
+        unnoticed, as a silently wrong token; on the CPU the graph computes in f32. On a GPU the
+        logits are read and checked (decode_greedy).
 
         A sampler chain may be attached only once (llama.cpp asserts), so each switch-on
         attaches a new one; detached chains are freed with the context (a graph llama.cpp
@@ -381,7 +411,7 @@ class LoadedModel:
         if on == (self._greedy_chain is not None):
             return on
         if on:
-            if self._greedy_refused:
+            if self._greedy_refused or self.gpu_layers or not self.options.greedy_in_graph:
                 return False
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())

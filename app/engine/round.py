@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .drafters import Drafter, Proposal
 from .events import RoundEvent
 from .model import LoadedModel
-from .sampling import Dist, SamplerSettings, accept_draft, distribution, residual
+from .sampling import Dist, NonFiniteLogits, SamplerSettings, accept_draft, distribution, residual
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +106,15 @@ def verify(
         return accepted, best[accepted]
     logits = target.decode([last, *drafts], "all")
     assert logits is not None
-    for j in range(k):
-        p = distribution(logits[j], sampler)
-        q = qs[j]
-        assert q is not None
-        if not accept_draft(p, q, drafts[j], rng):
-            return j, residual(p, q).sample(rng)
-    return k, distribution(logits[k], sampler).sample(rng)
+    j = 0
+    try:
+        for j in range(k):
+            p = distribution(logits[j], sampler)
+            q = qs[j]
+            assert q is not None
+            if not accept_draft(p, q, drafts[j], rng):
+                return j, residual(p, q).sample(rng)
+        j = k
+        return k, distribution(logits[k], sampler).sample(rng)
+    except NonFiniteLogits:
+        raise target.non_finite(len(target.cached) - k - 1 + j) from None

@@ -28,6 +28,12 @@ IntArray = npt.NDArray[np.int64]
 _TOP_P_PREFILTER = 1024
 
 
+class NonFiniteLogits(ValueError):
+    """A row of logits holds NaN or +inf (an fp16 overflow on a GPU backend, broken weights):
+    no token can be chosen from it. The engine reports it as a GenerationError naming the model
+    and the position (LoadedModel.non_finite)."""
+
+
 @dataclass(frozen=True)
 class SamplerSettings:
     temperature: float = 0.0  # 0 = greedy (argmax); the rest is then ignored
@@ -105,6 +111,10 @@ def distribution(logits: npt.NDArray[np.float32], s: SamplerSettings) -> Dist:
     else:
         ids = None
         vals = logits.astype(np.float64)
+    # NaN and +inf sort to the top (and NaN propagates through max), so one look at the largest
+    # kept value finds them: the distribution would be empty or meaningless.
+    if not math.isfinite(vals.max()):
+        raise NonFiniteLogits("NaN or infinite logits")
 
     if s.top_p < 1.0 or s.min_p > 0.0:
         p1 = _softmax(vals)

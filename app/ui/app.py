@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any, ClassVar
 
+from filelock import Timeout
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -25,14 +26,15 @@ from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, rea
 from app.session.pairs import PairRef
 from app.session.prompts import no_template_note
 from app.ui.conversations import Conversation, ConversationStore
-from app.ui.jobs import LoadedPair
-from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured
+from app.ui.jobs import LoadedPair, failure_text
+from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured, WorkerFailed
 from app.ui.priority import WorkerPool, lower_this_thread, ui_nice
 from app.ui.screens.chat import ChatScreen
 from app.ui.screens.picker import PickerScreen
-from app.ui.settings import Settings, load_settings, save_settings
+from app.ui.settings import Settings, load_settings, save_changes
 from app.ui.speed import SpeedReference, SpeedStore, calibrate
 from app.ui.storage import AppDirs, read_json, update_json
+from app.ui.workers import run_in_thread
 
 GIL_SWITCH_S = 0.0005
 
@@ -124,8 +126,8 @@ class TandemApp(App[None]):
         self.chat.stop_generation()
         self.chat.refresh_pair()
         options = self.settings.load_options(ref.spec)
-        self.run_worker(
-            partial(self._load_thread, ref, self.loaded, options), thread=True, group="load", name="load pair"
+        run_in_thread(
+            self, partial(self._load_thread, ref, self.loaded, options), group="load", name="Loading the pair"
         )
         return True
 
@@ -140,21 +142,21 @@ class TandemApp(App[None]):
             if ref.draft is None:
                 raise TandemError("the app needs a draft model: pick a pair with a draft")
             check_pair(read_gguf(ref.target), read_gguf(ref.draft))
-        except TandemError as exc:
-            self.post_message(PairLoadFailed(ref, str(exc), old))
+        except Exception as exc:  # (anything else too: the app must leave its loading state)
+            self.post_message(PairLoadFailed(ref, failure_text(exc), old))
             return
         if old is not None:
             old.close()  # waits for a running job to notice its cancel flag
         try:
             pair = ModelPair.load(ref.target, ref.draft, options)
-        except TandemError as exc:
+        except Exception as exc:
             restored: LoadedPair | None = None
             if old is not None:
                 try:
                     restored = LoadedPair(old.ref, ModelPair.load(old.ref.target, old.ref.draft, options))
-                except TandemError:
+                except Exception:
                     restored = None
-            self.post_message(PairLoadFailed(ref, str(exc), restored))
+            self.post_message(PairLoadFailed(ref, failure_text(exc), restored))
             return
         self.post_message(PairLoaded(LoadedPair(ref, pair), time.perf_counter() - t0))
 
@@ -200,8 +202,8 @@ class TandemApp(App[None]):
     # ------------------------------------------------------------------ speed reference
     def _start_calibration(self, loaded: LoadedPair) -> None:
         self.calibrating = True
-        self.run_worker(
-            partial(self._calibrate_thread, loaded), thread=True, group="calibrate", name="calibrate"
+        run_in_thread(
+            self, partial(self._calibrate_thread, loaded), group="calibrate", name="Timing the target"
         )
 
     def _calibrate_thread(self, loaded: LoadedPair) -> None:
@@ -210,9 +212,9 @@ class TandemApp(App[None]):
                 if loaded.closed:
                     self.post_message(SpeedMeasured(loaded, None))
                     return
-                ref = calibrate(loaded.pair)
-        except TandemError as exc:
-            self.post_message(SpeedMeasured(loaded, None, str(exc)))
+                ref = calibrate(loaded.pair, greedy=self.settings.greedy)
+        except Exception as exc:
+            self.post_message(SpeedMeasured(loaded, None, failure_text(exc)))
             return
         self.post_message(SpeedMeasured(loaded, ref))
 
@@ -257,6 +259,17 @@ class TandemApp(App[None]):
                 f"{len(damaged)} saved chat file(s) could not be read and were moved to "
                 f"{damaged[0].parent} (kept as they were; the other chats are fine).",
                 title="Damaged saved chats",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
+        unreadable = self.conversations.unreadable
+        if unreadable:
+            path, error = unreadable[0]
+            self.notify(
+                f"{len(unreadable)} saved chat file(s) could not be read right now and were left where "
+                f"they are (first: {path.name}: {error.strerror or error}); they show again once readable.",
+                title="Saved chats not read",
                 severity="warning",
                 timeout=15,
                 markup=False,
@@ -320,8 +333,9 @@ class TandemApp(App[None]):
             return
         old, self.settings = self.settings, settings
         try:
-            save_settings(self.dirs.settings_file, settings)
-        except OSError as exc:
+            # Only what changed here is written: another instance's saved changes stay.
+            self.settings = save_changes(self.dirs.settings_file, old, settings)
+        except (OSError, Timeout) as exc:
             self.notify(f"Could not save the settings: {exc}", severity="error", markup=False)
         self.chat.refresh_pair()
         if self.loaded is not None and settings.needs_reload(old, self.loaded.ref.spec):
@@ -350,6 +364,18 @@ class TandemApp(App[None]):
             "Toggle colours", "Colours by token origin / plain reading (Ctrl+T)", chat.action_toggle_colour
         )
         yield SystemCommand("Edit system prompt", "Focus the system prompt (Ctrl+G)", chat.action_edit_system)
+
+    # ------------------------------------------------------------------ failures
+    def on_worker_failed(self, message: WorkerFailed) -> None:
+        """The safety net under every worker (app/ui/workers.py): one that failed on something
+        its own reporting did not expect is shown, and the app goes on."""
+        self.notify(
+            f"{message.name} stopped: {failure_text(message.error)}",
+            title="Something went wrong",
+            severity="error",
+            timeout=15,
+            markup=False,
+        )
 
     # ------------------------------------------------------------------ exit
     def on_unmount(self) -> None:

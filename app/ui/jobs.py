@@ -34,6 +34,14 @@ class LoadedPair:
                 self.pair.close()
 
 
+def failure_text(exc: BaseException) -> str:
+    """What to show for a worker's failure: a TandemError's own sentence; anything else is a
+    bug or a case a check missed, named as such (the app keeps running)."""
+    if isinstance(exc, TandemError):
+        return str(exc)
+    return f"unexpected error ({type(exc).__name__}: {exc}); please report it"
+
+
 # ---------------------------------------------------------------------- streaming to the UI
 @dataclass(frozen=True)
 class JobFailed:
@@ -103,7 +111,7 @@ class GenerationJob:
                     self.prompt_tokens, self.config, speculative=self.speculative, cancel=self.cancel
                 ):
                     push(ev)
-        except TandemError as exc:
-            self.buffer.push(JobFailed(str(exc)))
+        except Exception as exc:  # the chat must always learn that the answer ended
+            self.buffer.push(JobFailed(failure_text(exc)))
         finally:
             self.finished.set()

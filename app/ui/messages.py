@@ -12,6 +12,15 @@ from app.ui.pairs import CatalogListing, DiskModel, PairDownload
 from app.ui.speed import SpeedReference
 
 
+class WorkerFailed(Message):
+    """A thread worker raised (app/ui/workers.py); bubbles up to the app, which shows it."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__()
+        self.name = name
+        self.error = error
+
+
 class StreamWake(Message):
     """A generation job has new events in its buffer (sent once per drain at most)."""
 

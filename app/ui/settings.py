@@ -13,9 +13,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock
+
 from app.engine import DrafterChoice, GenerationConfig, LoadOptions, SamplerSettings, TandemError
 from app.session.choices import Choices, generation_config, load_options
-from app.ui.storage import atomic_write_text
+from app.ui.storage import LOCK_TIMEOUT_S, atomic_write_text
 
 if TYPE_CHECKING:
     from app.catalog.spec import PairSpec
@@ -212,3 +214,25 @@ def settings_toml(settings: Settings) -> str:
 
 def save_settings(path: Path, settings: Settings) -> None:
     atomic_write_text(path, settings_toml(settings))
+
+
+def save_changes(path: Path, before: Settings, after: Settings) -> Settings:
+    """Write the settings that changed from `before` to `after` over the file as it is now, and
+    return what the file then holds. Another instance of the app may have saved its own changes
+    since this one read the file: written whole, this instance's stale values would undo them.
+    The read and the write happen under an inter-process lock, as for the app's JSON files."""
+    changed = {
+        f.name: getattr(after, f.name)
+        for f in fields(Settings)
+        if getattr(after, f.name) != getattr(before, f.name)
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
+        current, _ = load_settings(path)
+        merged = replace(current, **changed)
+        try:
+            merged.validate()
+        except TandemError:  # valid alone, not together with the other instance's: ours whole
+            merged = after
+        save_settings(path, merged)
+    return merged

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import model_files
@@ -88,3 +89,20 @@ def test_unknown_architecture_is_explained() -> None:
     alien = model_files.tiny_model("alien-arch", seed=4, arch="fancy-new-arch")
     with pytest.raises(ModelLoadError, match="does not support the 'fancy-new-arch' architecture"):
         LoadedModel(alien)
+
+
+def test_a_file_only_llama_cpp_can_tell_is_damaged_says_why(tmp_path: Path) -> None:
+    # A tensor's type changed from F32 to Q4_0: the header still reads as GGUF (Tandem's parser
+    # accepts it), but the tensor offsets no longer add up, which only llama.cpp's reader checks.
+    src = model_files.tiny_model("a", seed=1)
+    data = bytearray(src.read_bytes())
+    name = b"token_embd.weight"
+    start = data.find(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    n_dims = struct.unpack_from("<I", data, start)[0]
+    struct.pack_into("<I", data, start + 4 + 8 * n_dims, 2)  # GGML_TYPE_Q4_0
+    bad = tmp_path / "retyped.gguf"
+    bad.write_bytes(bytes(data))
+    read_gguf(bad)  # accepted here...
+    with pytest.raises(ModelLoadError) as err:  # ...and refused by llama.cpp, with its reason
+        LoadedModel(bad)
+    assert "its GGUF data is damaged (tensor 'output_norm.weight' has offset" in str(err.value)

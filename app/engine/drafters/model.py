@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from ..model import LoadedModel
-from ..sampling import Dist, SamplerSettings, distribution
+from ..sampling import Dist, NonFiniteLogits, SamplerSettings, distribution
 from . import DrafterKind, Proposal
 
 
@@ -90,11 +90,14 @@ class ModelDrafter:
     def _draw(self, row: np.ndarray) -> tuple[int, Dist | None] | None:
         """The next draft token (and q when sampling), or None when the draft's confidence in
         its best token is below p-min. When sampling, q is built once for both."""
-        if self.sampler.greedy:
-            if self.p_min > 0.0 and top_prob(row) < self.p_min:
-                return None
-            return int(np.argmax(row)), None
-        q = distribution(row, self.sampler)
+        try:
+            if self.sampler.greedy:
+                if self.p_min > 0.0 and top_prob(row) < self.p_min:
+                    return None
+                return int(np.argmax(row)), None
+            q = distribution(row, self.sampler)
+        except NonFiniteLogits:
+            raise self.model.non_finite(len(self.model.cached) - 1) from None
         if q.max_prob() < self.p_min:
             return None
         return q.sample(self.rng), q
@@ -111,4 +114,6 @@ class ModelDrafter:
 def top_prob(logits: np.ndarray) -> float:
     """The draft's confidence in its best token, greedy decoding (plain softmax)."""
     m = logits.max()
+    if not np.isfinite(m):  # NaN propagates through max; +inf is no probability either
+        raise NonFiniteLogits("NaN or infinite logits")
     return float(1.0 / np.exp(logits - m).sum())

@@ -30,6 +30,7 @@ from app.ui.live_stats import LiveStats, stats_summary
 from app.ui.screens.streaming import StreamingScreen, take_events
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
+from app.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
@@ -244,7 +245,7 @@ class ChatScreen(StreamingScreen):
         self.log_view.follow()
         self.update_stats(force=True)
         self._quiet_input(True)
-        self.run_worker(job.run, thread=True, group="generate", name=f"answer {job.id}")
+        run_in_thread(self, job.run, group="generate", name="The answer")
 
     def _quiet_input(self, quiet: bool) -> None:
         # A blinking cursor repaints the screen twice a second; while the engine shares the CPU

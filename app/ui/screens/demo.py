@@ -26,6 +26,7 @@ from app.ui.screens.streaming import StreamingScreen, take_events
 from app.ui.speed import measured
 from app.ui.widgets.chat_log import STREAM_HEADROOM
 from app.ui.widgets.token_text import TokenText
+from app.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
@@ -171,7 +172,7 @@ class DemoScreen(StreamingScreen):
         pane = self.pane(stage)
         pane.add_class("-running")
         pane.show_speed(None, "prefilling…")
-        self.run_worker(job.run, thread=True, group="demo", name=f"demo {stage}")
+        run_in_thread(self, job.run, group="demo", name="The demo")
 
     def show_events(self, job: GenerationJob) -> None:
         pane = self.pane(self.stage)

@@ -1,0 +1,138 @@
+"""The picker's "On disk" tab: GGUFs already on this machine (Hugging Face cache, LM Studio,
+Ollama), and for the highlighted one the models that can draft for it."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static, TabPane
+
+from app.catalog import FitVerdict, files_fit
+from app.catalog.units import format_bytes, format_params
+from app.engine import TandemError
+from app.session.pairs import PairRef
+from app.ui.jobs import failure_text
+from app.ui.messages import DiskReady
+from app.ui.pairs import DiskModel, disk_models
+from app.ui.picker.messages import PairChosen, PickerNote
+from app.ui.workers import run_in_thread
+
+
+class DiskTab(TabPane):
+    DEFAULT_CSS = """
+    DiskTab DataTable { height: 1fr; min-height: 4; }
+    DiskTab #drafts-label { padding: 0 1; height: 1; color: $text-muted; }
+    DiskTab #drafts { height: 8; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__("On disk", id="tab-disk")
+        self.disk: list[DiskModel] = []
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="disk", cursor_type="row", zebra_stripes=True)
+        yield Static("Models that can draft for it:", id="drafts-label", markup=False)
+        yield DataTable(id="drafts", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.query_one("#disk", DataTable).add_columns(
+            "model", "arch", "params", "quant", "size", "where", "drafts"
+        )
+        self.query_one("#drafts", DataTable).add_columns("draft", "params", "quant", "size", "where")
+
+    def refresh_list(self) -> None:
+        """Scan the disk for GGUFs (reading each header): in a worker."""
+        run_in_thread(self, self._scan, group="picker-disk", name="The disk scan")
+
+    def _scan(self) -> None:
+        try:
+            self.post_message(DiskReady(disk_models()))
+        except Exception as exc:  # one unreadable folder or file must not empty the picker's tab
+            self.post_message(DiskReady([], failure_text(exc)))
+
+    def on_disk_ready(self, message: DiskReady) -> None:
+        self.disk = message.models
+        table = self.query_one("#disk", DataTable)
+        table.clear()
+        for i, m in enumerate(self.disk):
+            g = m.gguf
+            table.add_row(
+                g.name.rsplit("/", 1)[-1],  # `owner/repo/file.gguf` -> the file (in full below)
+                g.architecture,
+                format_params(g.n_params),
+                g.quantization,
+                format_bytes(g.size_bytes),
+                g.source,
+                str(len(m.drafts)) if m.drafts else "–",
+                key=str(i),
+            )
+        if message.error:
+            self.post_message(PickerNote(message.error))
+        if not self.disk:
+            self.query_one("#drafts-label", Static).update(
+                "No GGUF files found in the Hugging Face cache, LM Studio or Ollama folders. "
+                "Give paths in the By path tab."
+            )
+        self._show_drafts()
+
+    def _model(self) -> DiskModel | None:
+        table = self.query_one("#disk", DataTable)
+        if not self.disk or table.row_count == 0:
+            return None
+        i = table.cursor_row
+        return self.disk[i] if 0 <= i < len(self.disk) else None
+
+    @on(DataTable.RowHighlighted, "#disk")
+    def _show_drafts(self) -> None:
+        model = self._model()
+        table = self.query_one("#drafts", DataTable)
+        table.clear()
+        if model is None:
+            return
+        label = self.query_one("#drafts-label", Static)
+        if not model.drafts:
+            label.update(f"No model on disk can draft for {model.gguf.name} (same tokenizer, smaller).")
+            return
+        label.update(f"Can draft for {model.gguf.name}: Enter on one loads the pair.")
+        for i, d in enumerate(model.drafts):
+            table.add_row(
+                d.name,
+                format_params(d.n_params),
+                d.quantization,
+                format_bytes(d.size_bytes),
+                d.source,
+                key=str(i),
+            )
+
+    @on(DataTable.RowSelected, "#disk")
+    def _model_selected(self) -> None:
+        model = self._model()
+        if model is None:
+            return
+        if not model.drafts:
+            self.post_message(PickerNote(f"No model on disk can draft for {model.gguf.name}."))
+            return
+        self.query_one("#drafts", DataTable).focus()
+
+    @on(DataTable.RowSelected, "#drafts")
+    def _draft_selected(self) -> None:
+        model = self._model()
+        if model is None or not model.drafts:
+            return
+        draft = model.drafts[self.query_one("#drafts", DataTable).cursor_row]
+        ref = PairRef(model.gguf.path, draft.path)
+        self.post_message(PairChosen(ref, fit_of(self, ref)))
+
+
+def fit_of(tab: TabPane, ref: PairRef) -> FitVerdict | None:
+    """Whether two files fit at the app's context size (None when it cannot be told)."""
+    from app.ui.app import TandemApp
+
+    app = tab.app
+    assert isinstance(app, TandemApp)
+    if ref.draft is None:
+        return None
+    try:
+        return files_fit(ref.target, ref.draft, app.settings.load_options().n_ctx)
+    except (TandemError, OSError):
+        return None

@@ -1,0 +1,25 @@
+"""What the picker's tabs tell the picker screen."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from app.catalog import FitVerdict
+from app.session.pairs import PairRef
+
+
+class PairChosen(Message):
+    """Load this pair (`fit`: whether it fits in memory, when known)."""
+
+    def __init__(self, ref: PairRef, fit: FitVerdict | None = None) -> None:
+        super().__init__()
+        self.ref = ref
+        self.fit = fit
+
+
+class PickerNote(Message):
+    """A line for the picker's error row ("" clears it)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

@@ -1,0 +1,137 @@
+"""NaN or infinite logits (an fp16 overflow on a GPU backend, damaged weights) are a clear
+GenerationError naming the model and the position, never a crash or an arbitrary token; and
+numeric options that are not numbers in range are refused before anything runs."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import model_files
+import pytest
+from run_helpers import run
+
+from app.engine import GenerationError, LoadOptions, ModelPair, TandemError
+from app.session.choices import Choices
+
+ROOT = Path(__file__).resolve().parents[2]
+# The checked greedy path (the one a GPU takes) is forced with greedy_in_graph=False.
+CHECKED = LoadOptions(n_ctx=512, n_threads=1, greedy_in_graph=False)
+
+
+@pytest.fixture(scope="module", params=["nan", "inf"])
+def poisoned(request: pytest.FixtureRequest) -> Path:
+    return model_files.tiny_model(f"poison-{request.param}", seed=9, poison=float(request.param))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_target_s_non_finite_logits_are_a_generation_error(poisoned: Path, temperature: float) -> None:
+    with ModelPair.load(poisoned, None, CHECKED) as pair:
+        prompt = pair.raw_prompt("Hello there")
+        with pytest.raises(GenerationError) as err:
+            run(pair, prompt, speculative=False, temperature=temperature, max_tokens=4)
+    message = str(err.value)
+    assert poisoned.name in message and "the target" in message
+    assert f"position {len(prompt) - 1}" in message and "NaN or infinite logits" in message
+
+
+@pytest.mark.parametrize(("temperature", "p_min"), [(0.8, 0.0), (0.0, 0.3)])
+def test_a_draft_s_non_finite_logits_are_a_generation_error(
+    poisoned: Path, tiny_target: Path, temperature: float, p_min: float
+) -> None:
+    # Sampling reads the draft's distribution; greedy drafting with p-min reads its confidence.
+    with ModelPair.load(tiny_target, poisoned, CHECKED) as pair:
+        prompt = pair.raw_prompt("Hello there")
+        with pytest.raises(GenerationError, match="the draft"):
+            run(pair, prompt, temperature=temperature, p_min=p_min, max_tokens=8)
+        # The pair stays usable: the target alone still answers.
+        assert run(pair, prompt, speculative=False, max_tokens=4).stats.generated == 4
+
+
+def test_the_cli_reports_non_finite_logits_in_one_line(poisoned: Path) -> None:
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "run",
+            "--target",
+            str(poisoned),
+            "--baseline",
+            "--temp",
+            "0.7",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("tandem: error: ")
+    assert "NaN or infinite logits" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", math.nan),
+        ("temperature", math.inf),
+        ("top_p", math.nan),
+        ("min_p", math.nan),
+        ("min_p", math.inf),
+        ("p_min", math.nan),
+        ("n_threads", -3),
+        ("n_ctx", -5),
+        ("n_gpu_layers", -2),
+        ("max_tokens", 0),
+        ("draft_max", 99),
+    ],
+)
+def test_every_numeric_option_is_checked(field: str, value: float) -> None:
+    from dataclasses import replace
+
+    from app.engine import SamplerSettings
+
+    if field in ("temperature", "top_p", "min_p"):
+        choices = Choices(sampler=replace(SamplerSettings(), **{field: value}))
+    else:
+        choices = replace(Choices(), **{field: value})
+    with pytest.raises(TandemError):
+        choices.validate()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--temp", "nan"],
+        ["--top-p", "nan"],
+        ["--min-p", "inf"],
+        ["--threads", "-3"],
+        ["--ctx", "10"],
+        ["-n", "0"],
+    ],
+)
+def test_the_cli_refuses_bad_numbers_in_one_line(tiny_target: Path, flags: list[str]) -> None:
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "run",
+            "--target",
+            str(tiny_target),
+            "--baseline",
+            *flags,
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tandem: error: "), res.stderr
