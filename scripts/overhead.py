@@ -8,12 +8,13 @@ times, and prints per mode the median of
 
     overhead per token = python_overhead x decode_s / generated
 
-(python_overhead: the share of decode time outside llama_decode). With --stream the same
+(python_overhead: the share of decode time outside llama.cpp's decode calls). With --stream the same
 generations run in this process and their text goes through the CLI's own coloured writer
 into a file, so the cost of rendering is included too.
 
     .venv/bin/python scripts/overhead.py                  # 5 runs per mode
     .venv/bin/python scripts/overhead.py --runs 9 --stream
+    git worktree add /tmp/before REV && .venv/bin/python scripts/overhead.py --against /tmp/before
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 PROMPT = "Write a long story about a dragon who learns to write computer programs."
 
 
-def one_run(model: Path, speculative: bool, k: int, n: int) -> dict[str, float]:
-    """One `tandem run --json` process; its stats."""
+def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROOT) -> dict[str, float]:
+    """One `tandem run --json` process of the code in `checkout`; its stats."""
     mode = ["--draft", str(model), "--drafter", "model", "--no-adaptive", "--draft-max", str(k)]
     cmd = [sys.executable, "-m", "app.cli.main", "run", "--threads", "1", "--target", str(model)]
     cmd += [*(mode if speculative else ["--baseline"]), "-n", str(n), "--json", PROMPT]
-    stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT).stdout)["stats"]
+    stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, cwd=checkout).stdout)["stats"]
     return _figures(stats)
 
 
@@ -74,16 +75,32 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=256)
     parser.add_argument("--stream", action="store_true", help="stream the text as `tandem run` does")
     parser.add_argument("--model", type=Path, help="a GGUF to draft for itself (default: SmolLM2 Q4_0)")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="another checkout (e.g. `git worktree add /tmp/old REV`): its `tandem run --json` runs "
+        "alternate with this one's, and both are printed",
+    )
     args = parser.parse_args()
+    if args.stream and args.against is not None:
+        parser.error("--stream runs in this process, so only with this checkout's code")
     if args.model is None:
         import model_files
 
         args.model = model_files.smollm2("Q4_0")
-    results: dict[str, list[dict[str, float]]] = {"speculative": [], "target only": []}
+    checkouts = {"": ROOT} if args.against is None else {"this: ": ROOT, f"{args.against}: ": args.against}
+    results: dict[str, list[dict[str, float]]] = {
+        f"{label}{mode}": [] for label in checkouts for mode in ("speculative", "target only")
+    }
     for _ in range(args.runs):
-        for name, speculative in (("speculative", True), ("target only", False)):
-            run = one_streamed_run if args.stream else one_run
-            results[name].append(run(args.model, speculative, args.k, args.n))
+        for label, checkout in checkouts.items():
+            for mode, speculative in (("speculative", True), ("target only", False)):
+                if args.stream:
+                    figures = one_streamed_run(args.model, speculative, args.k, args.n)
+                else:
+                    figures = one_run(args.model, speculative, args.k, args.n, checkout)
+                results[f"{label}{mode}"].append(figures)
     how = "streamed by the CLI's writer, in process" if args.stream else "tandem run --json"
     print(
         f"{args.model.name}, K={args.k} fixed, greedy, {args.n} tokens, --threads 1, {how}, {args.runs} runs"
@@ -92,7 +109,7 @@ def main() -> None:
         us = [r["us_per_token"] for r in runs]
         tps = statistics.median(r["tokens_per_s"] for r in runs)
         print(
-            f"{name:>12}: outside llama_decode {statistics.median(us):6.1f} us/token "
+            f"{name:>12}: outside llama.cpp {statistics.median(us):6.1f} us/token "
             f"(min {min(us):.1f}, max {max(us):.1f}); {tps:.1f} tok/s"
         )
 

@@ -60,7 +60,7 @@ def profile(pair: ModelPair, prompts: list[list[int]], cfg: GenerationConfig) ->
     stats = pstats.Stats(prof)
     rows = []
     for (file, line, name), (_, ncalls, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        if Path(file).name == "model.py" and name == "decode":
+        if Path(file).name == "model.py" and name == "_decode":
             continue  # its self time is the llama_decode call (ctypes calls have no entry of their own)
         rows.append((tottime, ncalls, f"{Path(file).name}:{line}({name})"))
     rows.sort(reverse=True)

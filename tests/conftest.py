@@ -16,7 +16,7 @@ import pytest
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # read by huggingface_hub at import time
 
 import model_files
-from catalogs import TINY_CATALOG, TINY_REPO
+from catalogs import DISTINCT_CATALOG, TINY_CATALOG, TINY_ONLY_CATALOG, TINY_REPO, install_catalog
 from hub_server import FakeHub
 
 from app.engine import LoadOptions, ModelPair
@@ -139,7 +139,16 @@ def tiny_hub(hub: FakeHub, tiny_target: Path, tiny_draft: Path) -> FakeHub:
 @pytest.fixture
 def tiny_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user catalog with the pair `tiny` besides the built-in ones, through TANDEM_CATALOG."""
-    path = tmp_path / "my-pairs.toml"
-    path.write_text(TINY_CATALOG)
-    monkeypatch.setenv("TANDEM_CATALOG", str(path))
-    return path
+    return install_catalog(tmp_path, TINY_CATALOG, monkeypatch)
+
+
+@pytest.fixture
+def tiny_only_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A catalog whose only (and default) pair is `tiny`."""
+    return install_catalog(tmp_path, TINY_ONLY_CATALOG, monkeypatch)
+
+
+@pytest.fixture
+def distinct_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tiny pair alone, with settings no default has (catalogs.DISTINCT_CATALOG)."""
+    return install_catalog(tmp_path, DISTINCT_CATALOG, monkeypatch)

@@ -4,39 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from app.engine import (
-    DoneEvent,
-    GenerationConfig,
-    GenerationStats,
-    ModelPair,
-    PrefillEvent,
-    RoundEvent,
-    SamplerSettings,
-    TokenEvent,
-)
+from app.engine import GenerationConfig, ModelPair, SamplerSettings
+from app.session.collect import Outcome, collect
 
-
-@dataclass
-class Run:
-    tokens: list[TokenEvent] = field(default_factory=list)
-    rounds: list[RoundEvent] = field(default_factory=list)
-    prefill: PrefillEvent | None = None
-    done: DoneEvent | None = None
-
-    @property
-    def ids(self) -> list[int]:
-        return [t.id for t in self.tokens]
-
-    @property
-    def text(self) -> str:
-        return "".join(t.text for t in self.tokens)
-
-    @property
-    def stats(self) -> GenerationStats:
-        assert self.done is not None
-        return self.done.stats
+# What a generation yielded, sorted by kind (tokens, rounds, prefill, done): the session layer's.
+Run = Outcome
 
 
 def run(
@@ -68,16 +41,9 @@ def run(
         sampler=SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         stop=stop,
     )
-    out = Run()
-    for ev in pair.generate(prompt, cfg, speculative=speculative, cancel=cancel):
-        if isinstance(ev, TokenEvent):
-            out.tokens.append(ev)
-            if cancel is not None and cancel_after is not None and len(out.tokens) >= cancel_after:
-                cancel.set()
-        elif isinstance(ev, RoundEvent):
-            out.rounds.append(ev)
-        elif isinstance(ev, PrefillEvent):
-            out.prefill = ev
-        elif isinstance(ev, DoneEvent):
-            out.done = ev
-    return out
+
+    def after_round(out: Outcome) -> None:
+        if cancel is not None and cancel_after is not None and len(out.tokens) >= cancel_after:
+            cancel.set()
+
+    return collect(pair.generate(prompt, cfg, speculative=speculative, cancel=cancel), after_round)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import threading
 import time
@@ -141,7 +142,10 @@ class LoadedModel:
         cparams.n_ubatch = opts.n_batch
         cparams.n_seq_max = 1
         cparams.n_outputs_max = opts.max_outputs
-        cparams.n_outputs_max_per_seq = opts.max_outputs  # one sequence: all rows may be sampled
+        if self._may_sample_in_graph(n_gpu_layers):
+            # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
+            # would refuse a verify batch); only then: it makes every step a few percent slower.
+            cparams.n_outputs_max_per_seq = opts.max_outputs
         threads = opts.n_threads or default_threads()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -372,22 +376,27 @@ class LoadedModel:
         if self._greedy_chain is None and not self._greedy_in_graph(True):
             logits = self.decode(tokens, outputs)
             assert logits is not None
-            best = logits.argmax(axis=1)
+            best: list[int] = logits.argmax(axis=1).tolist()
             # NaN and +inf win an argmax: a look at each winner finds them (see non_finite).
-            winners = logits[np.arange(len(best)), best]
-            if not np.isfinite(winners).all():
-                row = int(np.flatnonzero(~np.isfinite(winners))[0])
-                raise self.non_finite(len(self.cached) - len(best) + row)
-            return best.tolist()  # type: ignore[no-any-return]
+            for row, token in enumerate(best):
+                if not math.isfinite(logits[row, token]):
+                    raise self.non_finite(len(self.cached) - len(best) + row)
+            return best
         self._decode(tokens, outputs, None)
         ctx = self._ctx
+        n = len(tokens) if outputs == "all" else 1
         best = [_llama_get_sampled_token_ith(ctx, 0 if outputs == "all" else -1)]
-        self._outputs_read()  # the first getter waited for the computation; the rest is reading
-        if outputs == "all":
-            best += [_llama_get_sampled_token_ith(ctx, i) for i in range(1, len(tokens))]
+        # The first getter waited for the computation (as llama_synchronize would): llama.cpp's
+        # time ends here; the rest is reading. (Inlined: this runs once a token.)
+        self.decode_seconds += time.perf_counter() - self._t_decode
+        for i in range(1, n):
+            best.append(_llama_get_sampled_token_ith(ctx, i))
         if min(best) < 0:
             raise GenerationError(f"llama.cpp's greedy sampler gave no token on the {self.role}")
         return best
+
+    def _may_sample_in_graph(self, n_gpu_layers: int) -> bool:
+        return self.options.greedy_in_graph and n_gpu_layers == 0
 
     def non_finite(self, position: int) -> GenerationError:
         """The error for a row of logits holding NaN or infinity at `position`."""
@@ -411,7 +420,7 @@ class LoadedModel:
         if on == (self._greedy_chain is not None):
             return on
         if on:
-            if self._greedy_refused or self.gpu_layers or not self.options.greedy_in_graph:
+            if self._greedy_refused or not self._may_sample_in_graph(self.gpu_layers):
                 return False
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())

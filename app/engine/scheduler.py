@@ -64,9 +64,7 @@ class Scheduler:
         # decides whether the draft model is worth keeping in step (see _model_pays).
         self.lookup_tokens = 0.0
         self.all_tokens = 0.0
-        self._candidates: list[int] = []
-        self._last: Plan = PLAIN
-        self._prompt_len = 0
+        self._last: Plan = PLAIN  # this round's plan, for observe()
 
     @property
     def drafters(self) -> list[Drafter]:
@@ -86,7 +84,6 @@ class Scheduler:
             candidates = self.lookup.candidates(history, min(budget, DRAFT_MAX_LIMIT))
             if self.rounds_done:  # a generation's first round runs cold (caches, graphs)
                 self.costs.observe_lookup(time.perf_counter() - t0)
-        self._candidates = candidates
         options: list[tuple[float, DrafterKind, int]] = []
         use_model = False
         if self.model is not None:

@@ -50,25 +50,13 @@ def test_a_draft_s_non_finite_logits_are_a_generation_error(
         assert run(pair, prompt, speculative=False, max_tokens=4).stats.generated == 4
 
 
+def tandem_run(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "app.cli.main", "run", *args, "hi"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
 def test_the_cli_reports_non_finite_logits_in_one_line(poisoned: Path) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "run",
-            "--target",
-            str(poisoned),
-            "--baseline",
-            "--temp",
-            "0.7",
-            "hi",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    res = tandem_run("--target", str(poisoned), "--baseline", "--temp", "0.7")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("tandem: error: ")
     assert "NaN or infinite logits" in res.stderr
@@ -115,23 +103,7 @@ def test_every_numeric_option_is_checked(field: str, value: float) -> None:
     ],
 )
 def test_the_cli_refuses_bad_numbers_in_one_line(tiny_target: Path, flags: list[str]) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "run",
-            "--target",
-            str(tiny_target),
-            "--baseline",
-            *flags,
-            "hi",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    res = tandem_run("--target", str(tiny_target), "--baseline", *flags)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("tandem: error: "), res.stderr

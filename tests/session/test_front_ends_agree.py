@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import model_files
-import pytest
 from catalogs import TINY_CATALOG
 
 from app.catalog.spec import load_catalog
@@ -51,17 +50,6 @@ def test_a_model_without_a_chat_template_gets_the_same_transcript_from_run_and_t
 
 # ---------------------------------------------------------------------- one way to apply a pair
 # (run, chat and the picker applying a pair alike: tests/ui/test_pair_settings.py)
-DISTINCT = TINY_CATALOG.replace("draft_max = 4", "draft_max = 3\np_min = 0.15").replace(
-    "context = 512", "context = 768"
-)
-
-
-@pytest.fixture
-def distinct_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "pairs.toml"
-    path.write_text('include_builtin = false\ndefault = "tiny"\n' + DISTINCT)
-    monkeypatch.setenv("TANDEM_CATALOG", str(path))
-    return path
 
 
 def test_a_pair_s_draft_max_is_an_adaptive_cap_and_a_user_s_choice_wins(distinct_catalog: Path) -> None:

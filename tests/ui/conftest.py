@@ -12,7 +12,6 @@ from pathlib import Path
 
 import model_files
 import pytest
-from catalogs import TINY_ONLY_CATALOG
 from ui_helpers import FIXED
 
 from app.session.pairs import PairRef
@@ -30,15 +29,6 @@ def ui_env(hf_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # the one every later test runs on. test_priority.py checks the lowering in child processes.
     monkeypatch.setenv("TANDEM_UI_NICE", "0")
     return hf_env
-
-
-@pytest.fixture
-def tiny_only_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A catalog whose only (and default) pair is `tiny`, through TANDEM_CATALOG."""
-    catalog = tmp_path / "pairs.toml"
-    catalog.write_text(TINY_ONLY_CATALOG)
-    monkeypatch.setenv("TANDEM_CATALOG", str(catalog))
-    return catalog
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-from catalogs import TINY_CATALOG
 from hub_server import FakeHub
 from textual.pilot import Pilot
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
@@ -27,20 +25,6 @@ from app.ui.settings import Settings, save_settings
 from app.ui.storage import AppDirs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-DISTINCT = TINY_CATALOG.replace("draft_max = 4", "draft_max = 3\np_min = 0.15").replace(
-    "context = 512", "context = 768"
-)
-
-
-@pytest.fixture
-def distinct_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The tiny pair with settings no default has: context 768, draft_max 3, p_min 0.15."""
-    path = tmp_path / "pairs.toml"
-    path.write_text('include_builtin = false\ndefault = "tiny"\n' + DISTINCT)
-    monkeypatch.setenv("TANDEM_CATALOG", str(path))
-    return path
 
 
 def _app_settings(dirs: AppDirs) -> None:
