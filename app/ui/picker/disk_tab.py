@@ -7,9 +7,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static, TabPane
 
-from app.catalog import FitVerdict, files_fit
 from app.catalog.units import format_bytes, format_params
-from app.engine import TandemError
 from app.session.pairs import PairRef
 from app.ui.jobs import failure_text
 from app.ui.messages import DiskReady
@@ -120,19 +118,4 @@ class DiskTab(TabPane):
         if model is None or not model.drafts:
             return
         draft = model.drafts[self.query_one("#drafts", DataTable).cursor_row]
-        ref = PairRef(model.gguf.path, draft.path)
-        self.post_message(PairChosen(ref, fit_of(self, ref)))
-
-
-def fit_of(tab: TabPane, ref: PairRef) -> FitVerdict | None:
-    """Whether two files fit at the app's context size (None when it cannot be told)."""
-    from app.ui.app import TandemApp
-
-    app = tab.app
-    assert isinstance(app, TandemApp)
-    if ref.draft is None:
-        return None
-    try:
-        return files_fit(ref.target, ref.draft, app.settings.load_options().n_ctx)
-    except (TandemError, OSError):
-        return None
+        self.post_message(PairChosen(PairRef(model.gguf.path, draft.path)))

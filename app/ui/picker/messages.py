@@ -9,7 +9,8 @@ from app.session.pairs import PairRef
 
 
 class PairChosen(Message):
-    """Load this pair (`fit`: whether it fits in memory, when known)."""
+    """Load this pair. `fit`: whether it fits in memory, when the tab judged it (the catalog
+    does, at each pair's context); else the picker judges the files at the app's context."""
 
     def __init__(self, ref: PairRef, fit: FitVerdict | None = None) -> None:
         super().__init__()

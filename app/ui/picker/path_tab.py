@@ -12,7 +12,6 @@ from textual.widgets import Button, Input, Label, Static, TabPane
 
 from app.engine import TandemError, compatibility_problems, read_gguf
 from app.session.pairs import PairRef
-from app.ui.picker.disk_tab import fit_of
 from app.ui.picker.messages import PairChosen, PickerNote
 
 
@@ -67,4 +66,4 @@ class PathTab(TabPane):
             self.post_message(PickerNote(str(exc)))
             return
         check.update(Text("✓ same tokenizer: the draft can draft for the target", "green"))
-        self.post_message(PairChosen(ref, fit_of(self, ref)))
+        self.post_message(PairChosen(ref))

@@ -21,8 +21,9 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static, TabbedContent
 
-from app.catalog import FitVerdict
+from app.catalog import FitVerdict, files_fit
 from app.catalog.units import format_bytes
+from app.engine import TandemError
 from app.session.pairs import PairRef
 from app.ui.messages import CatalogReady, NetworkChecked
 from app.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload, hub_reachable
@@ -161,7 +162,16 @@ class PickerScreen(Screen[None]):
 
     # ------------------------------------------------------------------ loading
     def on_pair_chosen(self, message: PairChosen) -> None:
-        self.start_load(message.ref, message.fit)
+        self.start_load(message.ref, message.fit if message.fit is not None else self._files_fit(message.ref))
+
+    def _files_fit(self, ref: PairRef) -> FitVerdict | None:
+        """Whether two files fit at the app's context size (None when it cannot be told)."""
+        if ref.draft is None:
+            return None
+        try:
+            return files_fit(ref.target, ref.draft, self.tandem.settings.load_options(ref.spec).n_ctx)
+        except (TandemError, OSError):
+            return None
 
     def on_picker_note(self, message: PickerNote) -> None:
         self.show_error(message.text)
