@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 
 from app.engine import GenerationConfig, ModelPair, SamplerSettings
+from app.engine.draft_policy import CostModel
 from app.session.collect import Outcome, collect
 
 # What a generation yielded, sorted by kind (tokens, rounds, prefill, done): the session layer's.
@@ -30,8 +31,11 @@ def run(
     cancel_after: int | None = None,
     adaptive: bool = False,
     drafter: str = "model",
+    costs: CostModel | None = None,
 ) -> Run:
-    """One generation. K is fixed unless adaptive=True, so tests control the paths taken."""
+    """One generation. K is fixed unless adaptive=True, so tests control the paths taken.
+
+    `costs`: what adaptive drafting starts from (default: what the pair learnt so far)."""
     cfg = GenerationConfig(
         max_tokens=max_tokens,
         draft_max=draft_max,
@@ -46,4 +50,6 @@ def run(
         if cancel is not None and cancel_after is not None and len(out.tokens) >= cancel_after:
             cancel.set()
 
-    return collect(pair.generate(prompt, cfg, speculative=speculative, cancel=cancel), after_round)
+    return collect(
+        pair.generate(prompt, cfg, speculative=speculative, cancel=cancel, costs=costs), after_round
+    )

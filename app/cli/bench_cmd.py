@@ -28,7 +28,7 @@ from app.engine import ModelPair, TandemError
 from app.engine.costs import mean_costs, measure_costs
 from app.session.choices import generation_config, load_options
 from app.session.pairs import resolve_pair
-from app.session.prompts import no_template_note, text_prompt
+from app.session.prompts import pair_notes, text_prompt
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,11 +86,8 @@ def bench(opts: BenchOptions) -> int:
     base = generation_config(opts.choices, ref.spec)
     settings = parse_settings(opts.compare, base)
     with ModelPair.load(ref.target, ref.draft, load_options(opts.choices, ref.spec)) as pair:
-        for note in pair.notes:
+        for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
-        template_note = None if opts.raw else no_template_note(pair)
-        if template_note:
-            print(f"note: {template_note}", file=sys.stderr)
         encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]
         k_top = max(s.config.k_max for s in settings)
         flat = [t for e in encoded for t in e]

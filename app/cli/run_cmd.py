@@ -15,7 +15,7 @@ from app.engine import ModelPair, TandemError
 from app.session.choices import generation_config, load_options
 from app.session.collect import collect, outcome_json
 from app.session.pairs import resolve_pair
-from app.session.prompts import no_template_note, text_prompt
+from app.session.prompts import pair_notes, text_prompt
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,13 +81,10 @@ def run(opts: RunOptions) -> int:
     colour = opts.color == "always" or (opts.color == "auto" and sys.stdout.isatty())
 
     with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
-        for note in pair.notes:
+        for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
         if speculative and pair.draft is None and not opts.json and choices.drafter != "lookup":
             print("note: no draft model given: drafting with prompt lookup only", file=sys.stderr)
-        template_note = None if opts.raw else no_template_note(pair)
-        if template_note:
-            print(f"note: {template_note}", file=sys.stderr)
         prompt = text_prompt(pair, text, raw=opts.raw, system=opts.system)
         cancel = threading.Event()
         if not opts.json:

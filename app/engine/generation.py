@@ -138,9 +138,8 @@ def _drive(
             draft_s += rnd.draft_s
             verify_s += rnd.verify_s
             lookup_rounds += rnd.drafter == "lookup"
-            # Accepted drafts, then the target's own token (RoundEvent.origin, inlined: this
-            # runs once a token).
-            own = Origin.BONUS if rnd.drafted and rnd.accepted == rnd.drafted else Origin.TARGET
+            # Accepted drafts, then the target's own token (asked once a round, not a token).
+            own = rnd.origin(rnd.accepted)
             emitted = 0
             for i, tok in enumerate(rnd.tokens):
                 history.append(tok)

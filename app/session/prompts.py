@@ -24,6 +24,13 @@ def no_template_note(pair: ModelPair) -> str | None:
     )
 
 
+def pair_notes(pair: ModelPair, *, raw: bool = False) -> list[str]:
+    """What the user should know about a loaded pair: how it was loaded (a CPU fallback...) and,
+    unless the text goes in raw, that the target has no chat template."""
+    template = None if raw else no_template_note(pair)
+    return [*pair.notes, *([template] if template else [])]
+
+
 def messages_for(text: str, system: str | None = None) -> list[ChatMessage]:
     """One user message, after a system prompt if there is one."""
     system = (system or "").strip()
@@ -67,4 +74,4 @@ class FittingChatPrompt:
         if pair.has_chat_template():
             tokens, self.dropped = pair.chat_prompt_fitting(self.messages, reserve)
             return tokens
-        return pair.raw_prompt(transcript(self.messages))  # base models: no turns to drop
+        return chat_prompt(pair, self.messages)  # base models: a transcript, no turns to drop

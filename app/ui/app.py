@@ -24,7 +24,7 @@ from textual.screen import Screen
 from app.catalog.units import format_bytes
 from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, read_gguf
 from app.session.pairs import PairRef
-from app.session.prompts import no_template_note
+from app.session.prompts import pair_notes
 from app.ui.conversations import Conversation, ConversationStore
 from app.ui.jobs import LoadedPair, failure_text
 from app.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured, WorkerFailed
@@ -170,10 +170,9 @@ class TandemApp(App[None]):
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
-        notes = [*pair.notes, *filter(None, [no_template_note(pair)])]
         self.chat.pair_loaded_note(
             f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
-            + "".join(f" Note: {n}." for n in notes)
+            + "".join(f" Note: {n}." for n in pair_notes(pair))
         )
         self._pop_picker()
         if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):

@@ -15,6 +15,7 @@ import pytest
 from run_helpers import run
 
 from app.engine import ChatMessage, ModelPair
+from app.engine.draft_policy import CostModel
 
 NEAR_TIE_LOGITS = 0.1
 
@@ -73,17 +74,37 @@ def _assert_near_tie(
     return gap
 
 
+# Fixed K for the odd prompts: one batch size each, from a single draft token to the largest.
+FIXED_KS = (1, 3, 5, 8, 12)
+
+
 @pytest.mark.slow
 def test_speculative_greedy_matches_target_only(smollm2_pair: ModelPair) -> None:
     identical = 0
     ties: list[tuple[int, int, float]] = []
-    total_accepted = 0
+    accepted = {"adaptive": 0, "fixed": 0}
     for n, text in enumerate(PROMPTS):
         prompt = smollm2_pair.chat_prompt([ChatMessage("user", text)])
         base = run(smollm2_pair, prompt, speculative=False, max_tokens=128)
-        # The default configuration: adaptive drafting, K up to 12 (so K varies round to round).
-        spec = run(smollm2_pair, prompt, speculative=True, max_tokens=128, draft_max=12, adaptive=True)
-        total_accepted += spec.stats.accepted
+        if n % 2 == 0:
+            # The default configuration: adaptive drafting, K up to 12, so K varies round to
+            # round. Each starts from no measured costs: on a host where batches are dear, what
+            # the pair learnt earlier can rightly switch drafting off, and this test is about
+            # output, not about that choice.
+            spec = run(
+                smollm2_pair,
+                prompt,
+                speculative=True,
+                max_tokens=128,
+                draft_max=12,
+                adaptive=True,
+                costs=CostModel(),
+            )
+            accepted["adaptive"] += spec.stats.accepted
+        else:
+            k = FIXED_KS[(n // 2) % len(FIXED_KS)]
+            spec = run(smollm2_pair, prompt, speculative=True, max_tokens=128, draft_max=k)
+            accepted["fixed"] += spec.stats.accepted
         assert base.stats.generated == 128, "a prompt must ask for an answer of 128+ tokens"
         i = _first_difference(base.ids, spec.ids)
         if i is None:
@@ -91,8 +112,9 @@ def test_speculative_greedy_matches_target_only(smollm2_pair: ModelPair) -> None
             assert base.text == spec.text
             continue
         ties.append((n, i, _assert_near_tie(smollm2_pair, prompt, base.ids, spec.ids, i)))
-    print(f"\n{identical}/{len(PROMPTS)} prompts token-identical; near-ties: {ties}")
-    assert total_accepted > 0  # the draft really drafted
+    print(f"\n{identical}/{len(PROMPTS)} prompts token-identical; near-ties: {ties}; accepted: {accepted}")
+    # The draft really drafted, and its tokens were kept, in both kinds of run.
+    assert accepted["adaptive"] > 0 and accepted["fixed"] > 0
     # Every divergence was checked above to be a near-tie. Ties that close are rare, so most
     # prompts must match exactly (measured here: 17 of 20, the three others within 0.0014
     # logits); many divergences would point at a systematic numerical difference.
