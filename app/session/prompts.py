@@ -14,20 +14,20 @@ from pathlib import Path
 from app.engine import ChatMessage, ModelPair
 
 
-def no_template_note(pair: ModelPair) -> str | None:
-    """What to tell the user when the target has no chat template; None when it has one."""
+def no_template_note(pair: ModelPair, *, raw_hint: bool = True) -> str | None:
+    """What to tell the user when the target has no chat template; None when it has one.
+    `raw_hint`: name `--raw`, for the front-ends that have it (run, bench; not the app)."""
     if pair.has_chat_template():
         return None
-    return (
-        f"{Path(pair.target.path).name} has no chat template: sending a plain 'User: … "
-        "Assistant:' transcript (send the text exactly as written with --raw)"
-    )
+    hint = " (send the text exactly as written with --raw)" if raw_hint else ""
+    name = Path(pair.target.path).name
+    return f"{name} has no chat template: sending a plain 'User: … Assistant:' transcript{hint}"
 
 
-def pair_notes(pair: ModelPair, *, raw: bool = False) -> list[str]:
+def pair_notes(pair: ModelPair, *, raw: bool = False, raw_hint: bool = True) -> list[str]:
     """What the user should know about a loaded pair: how it was loaded (a CPU fallback...) and,
-    unless the text goes in raw, that the target has no chat template."""
-    template = None if raw else no_template_note(pair)
+    unless the text goes in raw, that the target has no chat template (see no_template_note)."""
+    template = None if raw else no_template_note(pair, raw_hint=raw_hint)
     return [*pair.notes, *([template] if template else [])]
 
 

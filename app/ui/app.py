@@ -172,7 +172,7 @@ class TandemApp(App[None]):
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
         self.chat.pair_loaded_note(
             f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
-            + "".join(f" Note: {n}." for n in pair_notes(pair))
+            + "".join(f" Note: {n}." for n in pair_notes(pair, raw_hint=False))  # the app has no --raw
         )
         self._pop_picker()
         if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):

@@ -21,7 +21,7 @@ from app.cli.main import build_parser
 from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
 from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
 from app.session.choices import Choices, generation_config, load_options
-from app.session.prompts import FittingChatPrompt, text_prompt, transcript
+from app.session.prompts import FittingChatPrompt, pair_notes, text_prompt, transcript
 from app.ui.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +42,13 @@ def test_a_model_without_a_chat_template_gets_the_same_transcript_from_run_and_t
         assert text_prompt(pair, text) == expected  # `tandem run`, the bench and the demo
         chat = FittingChatPrompt([ChatMessage("user", text)], answer_room=64)  # the app's chat
         assert chat(pair) == expected
+        # The app says so too, without pointing at a --raw option it does not have.
+        (app_note,) = pair_notes(pair, raw_hint=False)
+        assert "no chat template" in app_note and "--raw" not in app_note
     res = tandem("run", "--target", str(base_model), "--baseline", "--json", "-n", "4", text)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["stats"]["prompt_tokens"] == len(expected)
-    assert "no chat template" in res.stderr and "transcript" in res.stderr
+    assert "no chat template" in res.stderr and "transcript" in res.stderr and "--raw" in res.stderr
 
 
 # ---------------------------------------------------------------------- one way to apply a pair
