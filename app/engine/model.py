@@ -118,8 +118,10 @@ class LoadedModel:
         self.eog: dict[int, bool] = {}  # token -> ends a generation, as met (see is_eog)
         self.texts: dict[int, str] = {}  # token -> its text, where complete (see TokenStream)
         self._greedy_chain: Any = None  # the attached in-graph greedy sampler (see decode_greedy)
-        self._greedy_refused = False  # the backend cannot run it: numpy's argmax instead
-        self._chains: list[Any] = []  # every chain ever attached, freed after the context
+        # In-graph greedy not used for this model: the backend cannot run it, or logits were
+        # wanted once (see _greedy_in_graph); numpy's argmax instead.
+        self._greedy_refused = False
+        self._chains: list[Any] = []  # the chain attached (at most one), freed after the context
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
         self._alloc_batch(max(self.n_batch, opts.max_outputs))
@@ -414,9 +416,12 @@ class LoadedModel:
         unnoticed, as a silently wrong token; on the CPU the graph computes in f32. On a GPU the
         logits are read and checked (decode_greedy).
 
-        A sampler chain may be attached only once (llama.cpp asserts), so each switch-on
-        attaches a new one; detached chains are freed with the context (a graph llama.cpp
-        reserved may still point at them until then)."""
+        Switched off for good once logits are wanted (a sampled answer, a caller of decode):
+        each switch makes llama.cpp rebuild its graphs and reallocate its compute buffers at the
+        next decode (a session switching every answer grew by 8-21 MiB in 180 answers, held by
+        the allocator), and a chain may be attached only once (llama.cpp asserts), so
+        switching back would take a new chain each time. The one chain is freed with the
+        context (a graph llama.cpp reserved may still point at it until then)."""
         if on == (self._greedy_chain is not None):
             return on
         if on:
@@ -433,6 +438,7 @@ class LoadedModel:
             return True
         llama_cpp.llama_set_sampler(self._ctx, 0, None)
         self._greedy_chain = None
+        self._greedy_refused = True  # for good: see above
         return False
 
     def _decode(
