@@ -14,7 +14,7 @@ from app import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.cli import bench_cmd, chat_cmd, models_cmd, pairs_cmd, run_cmd
+    from app.cli import bench_cmd, chat_cmd, models_cmd, pairs_cmd, run_cmd, serve_cmd
     from app.cli.options import chat_options
 
     parser = argparse.ArgumentParser(
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_parser(sub)
     pairs_cmd.add_parsers(sub)
     models_cmd.add_parser(sub)
+    serve_cmd.add_parser(sub)
     return parser
 
 

@@ -62,7 +62,8 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     )
 
 
-def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
+def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None) -> None:
+    """The generation flags; `max_tokens` None: no limit but the context's (tandem serve)."""
     g = p.add_argument_group("generation")
     g.add_argument(
         "-n",
@@ -70,7 +71,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int) -> No
         type=int,
         default=max_tokens,
         metavar="N",
-        help=f"most tokens to generate ({max_tokens})",
+        help=f"most tokens to generate ({'until the context is full' if max_tokens is None else max_tokens})",
     )
     g.add_argument(
         "--temp",
@@ -165,6 +166,19 @@ class BenchOptions:
 
 
 @dataclass(frozen=True)
+class ServeOptions:
+    models: PairRequest
+    choices: Choices
+    yes: bool
+    baseline: bool
+    host: str
+    port: int
+    api_key: str | None
+    queue: int
+    name: str | None
+
+
+@dataclass(frozen=True)
 class ChatOptions:
     models: PairRequest
     yes: bool
@@ -240,6 +254,20 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         args.raw,
         args.json,
         args.chart,
+    )
+
+
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    return ServeOptions(
+        _models(args),
+        _choices(args),
+        args.yes,
+        args.baseline,
+        args.host,
+        args.port,
+        args.api_key,
+        args.queue,
+        args.name,
     )
 
 

@@ -1,0 +1,76 @@
+"""`tandem serve` in a thread of the test process, on a free port of 127.0.0.1, over the session's
+real pairs (the same server `tandem serve` runs: app/server/run.py's make_server)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from app.engine import ModelPair
+from app.server import ServeSettings
+from app.server.run import bind, make_server
+from app.session.choices import Choices
+
+
+class Served:
+    def __init__(self, base_url: str, settings: ServeSettings) -> None:
+        self.base_url = base_url  # http://127.0.0.1:PORT
+        self.settings = settings
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+
+@contextmanager
+def serving(pair: ModelPair, **settings: object) -> Iterator[Served]:
+    """Serve `pair` until the block ends; settings: ServeSettings fields over test defaults."""
+    base = ServeSettings(model_id="test-pair", choices=Choices(n_threads=1))
+    s = replace(base, **settings)  # type: ignore[arg-type]
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    ready = threading.Event()
+    server = make_server(pair, s, ready.set)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20), "the server did not start"
+        yield Served(f"http://127.0.0.1:{port}", s)
+    finally:
+        server.stop()
+        thread.join(10)
+        sock.close()
+        assert not thread.is_alive(), "the server did not stop"
+
+
+def request(
+    served: Served, method: str, path: str, body: bytes | dict[str, Any] | None = None, **headers: str
+) -> tuple[int, Any]:
+    """One plain HTTP request (no client library in between): the status and the JSON answer."""
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    conn = http.client.HTTPConnection("127.0.0.1", int(served.base_url.rsplit(":", 1)[1]), timeout=60)
+    try:
+        hdrs = {"Content-Type": "application/json", **{k.replace("_", "-"): v for k, v in headers.items()}}
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def wait_idle(served: Served, timeout: float = 5.0) -> float:
+    """Seconds until /health says no generation runs and none waits (fails after `timeout`)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        _, health = request(served, "GET", "/health")
+        if not health["busy"] and health["waiting"] == 0:
+            return time.perf_counter() - t0
+        time.sleep(0.01)
+    raise AssertionError(f"the server was still busy after {timeout} s")
