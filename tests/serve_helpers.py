@@ -45,6 +45,7 @@ def serving(pair: ModelPair, **settings: object) -> Iterator[Served]:
     finally:
         server.stop()
         thread.join(10)
+        server.stop_generating()
         sock.close()
         assert not thread.is_alive(), "the server did not stop"
 

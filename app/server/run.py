@@ -43,6 +43,12 @@ class _Server(uvicorn.Server):
         self._slot.shutdown()
         self.should_exit = True
 
+    def stop_generating(self) -> None:
+        """After serving: make sure no generation still runs, since the caller closes the
+        models next (a cancelled one ends within a round)."""
+        self._slot.shutdown()
+        self._slot.join()
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # uvicorn's own handler also re-raises the signal once it has stopped, which would end
         # the process before the models are closed and print a traceback; stopping is enough.

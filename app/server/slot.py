@@ -15,9 +15,10 @@ ended, so the next request never meets a pair that is still busy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from app.engine import DoneEvent, Event, GenerationConfig, ModelPair, PrefillEvent, RoundEvent, TandemError
@@ -50,7 +51,7 @@ class Generation:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     def _put(self, item: object) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        _call_soon(self._loop, self._queue.put_nowait, item)
 
     async def batches(self) -> AsyncIterator[list[Event]]:
         """The events, grouped a round at a time (the last batch holds the DoneEvent). Leaving
@@ -77,6 +78,7 @@ class Slot:
         self._waiting = 0
         self._turn: asyncio.Lock | None = None  # made in the serving loop, on first use
         self._running: Generation | None = None
+        self._thread: threading.Thread | None = None
         self.stopping = threading.Event()  # set at shutdown
         # Answers given so far, by how they ended ("eog", "max_tokens", "cancelled"...): /health.
         self.ended: Counter[str] = Counter()
@@ -155,16 +157,25 @@ class Slot:
                 gen._put(_Failure(exc))
             finally:
                 gen._put(_END)
-                loop.call_soon_threadsafe(release)
+                _call_soon(loop, release)
 
         if self.stopping.is_set():
             gen.cancel.set()
+        thread = threading.Thread(target=work, name="tandem-generation", daemon=True)
         try:
-            threading.Thread(target=work, name="tandem-generation", daemon=True).start()
+            thread.start()
         except BaseException:
             release()
             raise
+        self._thread = thread
         return gen
+
+    def join(self) -> None:
+        """Wait for the last generation's thread to end: it may still be in llama.cpp when the
+        server stops, and the models must not be closed under it (once cancelled, it ends
+        within a round, or a prompt chunk)."""
+        if self._thread is not None:
+            self._thread.join()
 
     def shutdown(self) -> None:
         """Stop the running generation (within a round); refuse the waiting and new requests."""
@@ -172,6 +183,13 @@ class Slot:
         running = self._running
         if running is not None:
             running.cancel.set()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object) -> None:
+    """Hand `callback` to the event loop from the generation's thread; nothing to do once the
+    loop has closed (the server stopped: nobody waits for this)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
 
 
 def _events(
