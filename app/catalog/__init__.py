@@ -12,7 +12,7 @@ from .discovery import LocalGGUF, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
 from .hub import DownloadCancelled, DownloadError, DownloadProgress, download_file, pull_pair
 from .hub_cache import local_file
-from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog
+from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog, unconfirmed_note
 
 __all__ = [
     "Catalog",
@@ -33,4 +33,5 @@ __all__ = [
     "local_file",
     "pair_fit",
     "pull_pair",
+    "unconfirmed_note",
 ]

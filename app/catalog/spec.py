@@ -55,6 +55,9 @@ class ModelFile:
     quantization: str
     license: str
     gated: bool
+    # False: the file name was not seen in the hub's file listing or a README naming it, so it
+    # may 404; the front-ends say so before a download instead of failing in the middle of one.
+    confirmed: bool = True
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -80,11 +83,33 @@ class PairSpec:
     p_min: float
     context: int
     gpu_memory_bytes: int  # both models + both KV caches at `context`; 0 = not given
+    # The target (and maybe the draft) mixes attention with recurrent layers (Qwen3.5's Gated
+    # DeltaNet, Nemotron-H's Mamba-2): shown to the user, whose llama.cpp must support it.
+    hybrid: bool = False
 
     @property
     def total_bytes(self) -> int:
         """Download size of the target and the draft together."""
         return self.target.size_bytes + self.draft.size_bytes
+
+    @property
+    def unconfirmed(self) -> tuple[ModelFile, ...]:
+        """The pair's files whose names were not confirmed on the hub."""
+        return tuple(f for f in (self.target, self.draft) if not f.confirmed)
+
+
+def unconfirmed_note(spec: PairSpec, files: tuple[ModelFile, ...] | None = None) -> str:
+    """One sentence saying a download may stop with 404 because a file name was never confirmed
+    on the hub; "" when every file (of `files`, by default the pair's two) was confirmed."""
+    doubtful = [f for f in (spec.unconfirmed if files is None else files) if not f.confirmed]
+    if not doubtful:
+        return ""
+    many = len(doubtful) > 1
+    names = " and ".join(f"{f.repo_id}/{f.filename}" for f in doubtful)
+    return (
+        f"pair {spec.name}: {names} {'were' if many else 'was'} not confirmed on the Hugging Face hub; "
+        f"if {'those names are' if many else 'that name is'} wrong, the download stops with 'not found'"
+    )
 
 
 @dataclass(frozen=True)
@@ -288,10 +313,11 @@ _PAIR_FIELDS = (
     "p_min",
     "context",
     "gpu_memory_bytes",
+    "hybrid",
     "target",
     "draft",
 )
-_FILE_FIELDS = ("repo_id", "filename", "size_bytes", "quantization", "license", "gated")
+_FILE_FIELDS = ("repo_id", "filename", "size_bytes", "quantization", "license", "gated", "confirmed")
 _TOP_FIELDS = ("default", "include_builtin", "pair")
 # What a user catalog may leave out, and what it then means: the engine's own defaults.
 _PAIR_DEFAULTS: dict[str, Any] = {
@@ -301,8 +327,10 @@ _PAIR_DEFAULTS: dict[str, Any] = {
     "p_min": GenerationConfig.p_min,
     "context": LoadOptions.n_ctx,
     "gpu_memory_bytes": 0,
+    "hybrid": False,
 }
-_FILE_DEFAULTS: dict[str, Any] = {"size_bytes": 0, "license": "", "gated": False}
+# A user who names a file vouches for it: only the built-in catalog has to say `confirmed`.
+_FILE_DEFAULTS: dict[str, Any] = {"size_bytes": 0, "license": "", "gated": False, "confirmed": True}
 
 
 class _Checker:
@@ -377,6 +405,7 @@ class _Checker:
             p_min=p_min,
             context=get.integer("context", minimum=64),
             gpu_memory_bytes=get.integer("gpu_memory_bytes", minimum=0 if not self.builtin else 1),
+            hybrid=get.boolean("hybrid"),
         )
 
     def model_file(self, i: int, which: str, pair: dict[str, Any], label: str) -> ModelFile:
@@ -408,6 +437,7 @@ class _Checker:
             quantization=get.text("quantization"),
             license=get.text("license", empty_ok=not self.builtin),
             gated=get.boolean("gated"),
+            confirmed=get.boolean("confirmed"),
         )
 
 

@@ -8,7 +8,15 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.catalog import DownloadCancelled, ModelFile, PairSpec, download_file, local_file, pull_pair
+from app.catalog import (
+    DownloadCancelled,
+    ModelFile,
+    PairSpec,
+    download_file,
+    local_file,
+    pull_pair,
+    unconfirmed_note,
+)
 from app.catalog.hub_cache import hub_cache_dir, hub_endpoint
 from app.catalog.units import format_bytes
 from app.cli.process import interrupt_sets
@@ -24,12 +32,15 @@ def terminal_fetch(*, yes: bool) -> Fetch:
     def fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:
         size = sum(f.size_bytes for f in missing)
         amount = format_bytes(size) if size else "size unknown"
+        if not yes and not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise TandemError(
+                f"pair {spec.name} is not downloaded yet ({amount}): run `tandem pull {spec.name}` "
+                "first, or add --yes to download it now"
+            )
+        # Said before the question (or before a download --yes allowed), not after a 404.
+        if note := unconfirmed_note(spec, tuple(missing)):
+            print(f"tandem: note: {note}", file=sys.stderr)
         if not yes:
-            if not (sys.stdin.isatty() and sys.stderr.isatty()):
-                raise TandemError(
-                    f"pair {spec.name} is not downloaded yet ({amount}): run `tandem pull {spec.name}` "
-                    "first, or add --yes to download it now"
-                )
             what = " and ".join(f"{f.repo_id}/{f.filename}" for f in missing)
             print(f"Pair {spec.name} needs {what} ({amount}).", file=sys.stderr)
             try:

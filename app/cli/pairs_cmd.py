@@ -18,6 +18,7 @@ from app.catalog import (
     load_catalog,
     local_file,
     pair_fit,
+    unconfirmed_note,
 )
 from app.catalog.hub_cache import hub_cache_dir
 from app.catalog.units import format_bytes
@@ -64,6 +65,7 @@ def _file_json(f: ModelFile) -> dict[str, Any]:
         "quantization": f.quantization,
         "license": f.license,
         "gated": f.gated,
+        "confirmed": f.confirmed,
         "downloaded": path is not None,
         "path": str(path) if path else None,
     }
@@ -95,6 +97,7 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
                 "p_min": p.p_min,
                 "context": p.context,
                 "gpu_memory_bytes": p.gpu_memory_bytes,
+                "hybrid": p.hybrid,
                 "total_bytes": p.total_bytes,
                 "downloaded": target["downloaded"] and draft["downloaded"],
                 "fit": _fit_json(pair_fit(p, ctx)),
@@ -131,6 +134,22 @@ def _size(p: PairSpec, target: Path | None, draft: Path | None) -> str:
     return format_bytes(p.total_bytes) + "+" if p.total_bytes else "?"
 
 
+# What each word of the NOTES column means, printed under the table when a row uses it.
+NOTE_MEANINGS = {
+    "hybrid": "hybrid: attention mixed with recurrent layers (Qwen3.5's Gated DeltaNet, Nemotron-H's "
+    "Mamba-2); such a target needs a llama.cpp that runs its architecture",
+    "unconfirmed": "unconfirmed: a file name was not confirmed on the hub; if it is wrong the download "
+    "stops with 'not found'",
+}
+
+
+def pair_notes(p: PairSpec, missing: tuple[ModelFile, ...]) -> list[str]:
+    """The NOTES words of a pair: `hybrid`, and `unconfirmed` while a file whose name was never
+    confirmed is still to be downloaded (once it is on disk, the name was right)."""
+    unconfirmed = any(not f.confirmed for f in missing)
+    return [word for word, on in (("hybrid", p.hybrid), ("unconfirmed", unconfirmed)) if on]
+
+
 def pairs(args: PairsOptions) -> int:
     if args.ctx is not None and args.ctx < MIN_CONTEXT:
         raise TandemError(f"--ctx must be at least {MIN_CONTEXT} tokens")
@@ -139,11 +158,14 @@ def pairs(args: PairsOptions) -> int:
         print(json.dumps(pairs_json(catalog, args.ctx), indent=2))
         return 0
     _, device = device_memory()
-    rows = [("PAIR", "TARGET", "DRAFT", "SIZE", "LOCAL", "FIT")]
+    rows = [("PAIR", "TARGET", "DRAFT", "SIZE", "LOCAL", "FIT", "NOTES")]
+    used: set[str] = set()
     for p in catalog.pairs:
         fit = pair_fit(p, args.ctx)
         name = p.name + (" *" if p.name == catalog.default else "")
         target, draft = local_file(p.target), local_file(p.draft)
+        notes = pair_notes(p, tuple(f for f, path in ((p.target, target), (p.draft, draft)) if path is None))
+        used.update(notes)
         local = _downloaded_label(target is not None, draft is not None)
         rows.append(
             (
@@ -153,6 +175,7 @@ def pairs(args: PairsOptions) -> int:
                 _size(p, target, draft),
                 local,
                 f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",
+                ", ".join(notes),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -160,6 +183,9 @@ def pairs(args: PairsOptions) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     ctx_note = f" at {args.ctx} tokens of context" if args.ctx else " at each pair's context"
     print(f"\n* default pair. Fit{ctx_note}, for {device}.")
+    for word, meaning in NOTE_MEANINGS.items():
+        if word in used:
+            print(f"{meaning}.")
     print('Download a pair with `tandem pull PAIR`; use it with `tandem run --pair PAIR "..."`.')
     return 0
 
@@ -173,6 +199,9 @@ def pull(args: PullOptions) -> int:
         f"draft {spec.draft.repo_id}/{spec.draft.filename}",
         file=sys.stderr,
     )
+    missing = tuple(f for f in (spec.target, spec.draft) if local_file(f) is None)
+    if note := unconfirmed_note(spec, missing):
+        print(f"tandem: note: {note}", file=sys.stderr)
     try:
         target, draft = download_with_progress(spec, need_draft=True)
     except DownloadCancelled:

@@ -57,6 +57,15 @@ class CatalogRow:
         return "not downloaded"
 
     @property
+    def missing(self) -> tuple[ModelFile, ...]:
+        """The pair's files not (completely) in the cache yet."""
+        return tuple(
+            f
+            for f, path in ((self.spec.target, self.target_path), (self.spec.draft, self.draft_path))
+            if not path
+        )
+
+    @property
     def missing_bytes(self) -> int:
         return (0 if self.target_path else self.spec.target.size_bytes) + (
             0 if self.draft_path else self.spec.draft.size_bytes

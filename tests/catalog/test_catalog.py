@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from catalogs import TINY_CATALOG
 
-from app.catalog import CatalogError, load_catalog
+from app.catalog import CatalogError, load_catalog, unconfirmed_note
 from app.catalog.spec import BUILTIN_CATALOG, parse_catalog_file, quantization_from_name, split_parts
 
 
@@ -36,6 +36,41 @@ def test_builtin_catalog_is_complete(hf_env: Path):
     assert "R1-Distill" in r1.target.repo_id and "R1-Distill" in r1.draft.repo_id
 
 
+def test_builtin_catalog_current_pairs(hf_env: Path):
+    catalog = load_catalog()
+    # The Qwen3 files whose names and exact sizes were read from the hub.
+    q14, q32 = catalog.get("qwen3-14b"), catalog.get("qwen3-32b")
+    assert (q14.target.repo_id, q14.target.filename, q14.target.size_bytes) == (
+        "Qwen/Qwen3-14B-GGUF",
+        "Qwen3-14B-Q4_K_M.gguf",
+        9_001_753_376,
+    )
+    assert (q32.target.filename, q32.target.size_bytes) == ("Qwen3-32B-Q4_K_M.gguf", 19_762_149_024)
+    for p in (q14, q32, catalog.get("qwen3-8b")):
+        assert (p.draft.repo_id, p.draft.filename, p.draft.size_bytes) == (
+            "Qwen/Qwen3-0.6B-GGUF",
+            "Qwen3-0.6B-Q8_0.gguf",
+            639_446_688,
+        )
+    # Converters differ in special-token ids: Gemma's draft comes from the target's publisher.
+    gemma = catalog.get("gemma3-12b")
+    assert gemma.draft.repo_id == "ggml-org/gemma-3-1b-it-GGUF" and gemma.draft.size_bytes == 806_058_240
+    assert gemma.target.repo_id.split("/")[0] == gemma.draft.repo_id.split("/")[0]
+    # A hybrid pair, flagged, drafted by a small model of its own family and publisher.
+    hybrid = [p for p in catalog.pairs if p.hybrid]
+    assert [p.name for p in hybrid] == ["qwen3.5-27b"]
+    (h,) = hybrid
+    assert h.target.repo_id.split("/")[0] == h.draft.repo_id.split("/")[0]
+    assert "Qwen3.5" in h.target.filename and "Qwen3.5-0.8B" in h.draft.filename
+    # A 1.5B target drafted by 0.5B is a CPU pair, and says so.
+    assert "CPU" in catalog.get("qwen2.5-coder-1.5b").description
+    # docs/catalog.md says where each shipped file name was confirmed.
+    docs = (BUILTIN_CATALOG.parent / "docs" / "catalog.md").read_text()
+    for p in catalog.pairs:
+        for f in (p.target, p.draft):
+            assert f"`{f.repo_id}/{f.filename}`" in docs, (p.name, f.filename)
+
+
 def test_builtin_catalog_is_checked_strictly(tmp_path: Path):
     """Everything a user catalog may leave out, the shipped one must state."""
     text = BUILTIN_CATALOG.read_text().replace('license = "llama3.1"\n', "", 1)
@@ -44,6 +79,58 @@ def test_builtin_catalog_is_checked_strictly(tmp_path: Path):
     with pytest.raises(CatalogError, match=r"field 'target\.license' is missing"):
         parse_catalog_file(bad, builtin=True)
     parse_catalog_file(bad, builtin=False)  # fine for a user
+    # Whether a file name was confirmed, and whether a pair is hybrid, are never left implicit.
+    for field, pattern in (
+        ("confirmed = true", r"field 'target\.confirmed' is missing"),
+        ("hybrid = false", r"field 'hybrid' is missing"),
+    ):
+        bad.write_text(BUILTIN_CATALOG.read_text().replace(field + "\n", "", 1))
+        with pytest.raises(CatalogError, match=pattern):
+            parse_catalog_file(bad, builtin=True)
+        parse_catalog_file(bad, builtin=False)
+
+
+def test_confirmed_and_hybrid_fields(hf_env: Path, tmp_path: Path):
+    """A user pair is taken as confirmed and not hybrid unless it says otherwise; the fields are
+    booleans, checked like the others; an unconfirmed file gets one warning sentence."""
+    path = tmp_path / "mine.toml"
+    path.write_text(TINY_CATALOG)
+    tiny = load_catalog(path).get("tiny")
+    assert tiny.target.confirmed and tiny.draft.confirmed and not tiny.hybrid
+    assert unconfirmed_note(tiny) == ""
+
+    text = TINY_CATALOG.replace("context = 512", "context = 512\nhybrid = true").replace(
+        'filename = "tiny-a-draft.gguf"', 'filename = "tiny-a-draft.gguf"\nconfirmed = false'
+    )
+    path.write_text(text)
+    tiny = load_catalog(path).get("tiny")
+    assert tiny.hybrid and tiny.target.confirmed and not tiny.draft.confirmed
+    assert tiny.unconfirmed == (tiny.draft,)
+    assert unconfirmed_note(tiny) == (
+        "pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed on the Hugging Face hub; "
+        "if that name is wrong, the download stops with 'not found'"
+    )
+    # Only the files still to fetch count: a draft already on disk had the right name.
+    assert unconfirmed_note(tiny, (tiny.target,)) == ""
+    both = load_catalog(_write(tmp_path, text.replace('"tiny-a.gguf"', '"tiny-a.gguf"\nconfirmed = false')))
+    note = unconfirmed_note(both.get("tiny"))
+    assert "tiny-a.gguf and test-org/tiny-GGUF/tiny-a-draft.gguf were not confirmed" in note
+    assert "if those names are wrong" in note
+
+    typo = _error(tmp_path, TINY_CATALOG.replace("context = 512", 'context = 512\nhybrid = "yes"'))
+    assert "pair 'tiny': field 'hybrid' must be true or false, got a string ('yes')" in typo
+    wrong = _error(
+        tmp_path, TINY_CATALOG.replace('filename = "tiny-a.gguf"', 'filename = "tiny-a.gguf"\nconfirmed = 1')
+    )
+    assert "field 'target.confirmed' must be true or false, got an integer (1)" in wrong
+    near = _error(tmp_path, TINY_CATALOG.replace("context = 512", "context = 512\nhybird = true"))
+    assert "unknown field 'hybird' (did you mean 'hybrid'?)" in near
+
+
+def _write(folder: Path, text: str) -> Path:
+    path = folder / "other.toml"
+    path.write_text(text)
+    return path
 
 
 def test_user_catalog_extends_and_overrides(hf_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

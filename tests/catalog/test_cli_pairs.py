@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from catalogs import TINY_CATALOG
 from hub_server import FakeHub
 
 from app.catalog import load_catalog
+from app.cli.fetch import terminal_fetch
 from app.cli.main import main
+from app.engine import TandemError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +46,10 @@ def test_pairs_json_lists_every_pair_with_repos_and_files(hf_env: Path, capsys: 
         assert entry["draft"]["filename"] == spec.draft.filename
         assert entry["downloaded"] is False and entry["total_bytes"] == spec.total_bytes
         assert entry["fit"]["verdict"] in ("fits", "tight", "won't fit")
+        assert entry["hybrid"] is spec.hybrid
+        assert entry["target"]["confirmed"] is spec.target.confirmed
+        assert entry["draft"]["confirmed"] is spec.draft.confirmed
+    assert [p["name"] for p in out["pairs"] if p["hybrid"]] == ["qwen3.5-27b"]
     split = next(p for p in out["pairs"] if len(p["target"]["parts"]) > 1)
     assert split["target"]["parts"][0] == split["target"]["filename"]
 
@@ -55,6 +62,67 @@ def test_pairs_table(hf_env: Path, capsys: pytest.CaptureFixture[str], monkeypat
         assert p.name in out
     assert "llama3.1-8b *" in out and "won't fit" in out and "fits (7.7 GB)" in out
     assert "TANDEM_MEMORY=24G" in out
+    lines = out.splitlines()
+    assert lines[0].split()[-1] == "NOTES"
+    (hybrid,) = [line for line in lines if line.startswith("qwen3.5-27b ")]
+    assert hybrid.endswith("  hybrid")
+    assert not [line for line in lines if line.startswith("llama3.1-8b") and "hybrid" in line]
+    assert "hybrid: attention mixed with recurrent layers" in out
+    assert "unconfirmed" not in out  # every built-in file name was confirmed
+
+
+UNCONFIRMED_DRAFT = 'filename = "tiny-a-draft.gguf"\nconfirmed = false'
+
+
+def test_unconfirmed_file_is_said_before_the_download_and_not_after(
+    tiny_hub: FakeHub, tmp_path: Path, hf_env: Path, capsys: pytest.CaptureFixture[str]
+):
+    catalog = tmp_path / "guess.toml"
+    catalog.write_text(
+        TINY_CATALOG.replace('filename = "tiny-a-draft.gguf"', UNCONFIRMED_DRAFT).replace(
+            "context = 512", "context = 512\nhybrid = true"
+        )
+    )
+    assert main(["pairs", "--catalog", str(catalog)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("tiny ")]
+    assert row.endswith("  hybrid, unconfirmed")
+    assert "unconfirmed: a file name was not confirmed on the hub" in out
+
+    done = tandem("pull", "tiny", "--catalog", str(catalog))
+    assert done.returncode == 0, done.stderr
+    err = done.stderr.splitlines()
+    note = (
+        "tandem: note: pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed on the "
+        "Hugging Face hub; if that name is wrong, the download stops with 'not found'"
+    )
+    assert note in err and err.index(note) < next(i for i, line in enumerate(err) if "downloading" in line)
+
+    # On disk, the name was right: nothing to warn about any more.
+    assert main(["pairs", "--catalog", str(catalog)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny ")]
+    assert row.endswith("  hybrid")
+    assert "note:" not in tandem("pull", "tiny", "--catalog", str(catalog)).stderr
+
+
+def test_run_pair_says_unconfirmed_before_it_downloads(
+    tiny_hub: FakeHub, tmp_path: Path, hf_env: Path, capsys: pytest.CaptureFixture[str]
+):
+    """`run/bench/chat --pair` fetch through terminal_fetch: with --yes the note comes first;
+    without a terminal to ask on nothing is downloaded, so there is nothing to warn about."""
+    catalog = tmp_path / "guess.toml"
+    catalog.write_text(TINY_CATALOG.replace('filename = "tiny-a-draft.gguf"', UNCONFIRMED_DRAFT))
+    spec = load_catalog(catalog).get("tiny")
+    with pytest.raises(TandemError, match="not downloaded yet"):
+        terminal_fetch(yes=False)(spec, [spec.target, spec.draft])
+    assert "note:" not in capsys.readouterr().err and not tiny_hub.gets("tiny-a.gguf")
+
+    terminal_fetch(yes=True)(spec, [spec.target, spec.draft])
+    err = capsys.readouterr().err
+    assert err.index(
+        "tandem: note: pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed"
+    ) < err.index("downloading")
+    assert tiny_hub.gets("tiny-a-draft.gguf")
 
 
 def test_pull_shows_progress_resumes_nothing_twice_and_run_uses_the_pair(
@@ -89,12 +157,18 @@ def test_pull_shows_progress_resumes_nothing_twice_and_run_uses_the_pair(
 def test_failing_pull_is_one_line_without_traceback(tiny_hub: FakeHub, tiny_catalog: Path, tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text(
-        tiny_catalog.read_text().replace('"tiny-a.gguf"', '"gone.gguf"').replace('"tiny"', '"broken"')
+        tiny_catalog.read_text()
+        .replace('"tiny-a.gguf"', '"gone.gguf"\nconfirmed = false')
+        .replace('"tiny"', '"broken"')
     )
     result = tandem("pull", "broken", "--catalog", str(bad))
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.startswith("tandem: error:")]
     assert len(lines) == 1 and "gone.gguf is not in test-org/tiny-GGUF" in lines[0]
+    # The guessed name was flagged before the download, so the 404 is no surprise.
+    notes = [line for line in result.stderr.splitlines() if line.startswith("tandem: note:")]
+    assert len(notes) == 1 and "test-org/tiny-GGUF/gone.gguf was not confirmed" in notes[0]
+    assert result.stderr.index(notes[0]) < result.stderr.index(lines[0])
     assert "Traceback" not in result.stderr
 
     unknown = tandem("pull", "no-such-pair")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import model_files
 import pytest
+from catalogs import TINY_ONLY_CATALOG, install_catalog
 from hub_server import FakeHub
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TabbedContent
@@ -69,6 +70,42 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
         assert again.screen is again.chat
 
     run_app(again, second)
+
+
+def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_download(
+    dirs: AppDirs, tiny_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_catalog(
+        tmp_path,
+        TINY_ONLY_CATALOG.replace("context = 512", "context = 512\nhybrid = true").replace(
+            'filename = "tiny-a-draft.gguf"', 'filename = "tiny-a-draft.gguf"\nconfirmed = false'
+        ),
+        monkeypatch,
+    )
+    for f in tiny_hub.files.values():
+        f.chunk_delay_s = 0.01  # the note must be on screen while the download runs
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    note = "pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed on the Hugging Face hub"
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: p.listing is not None and p.online is True, 20, "catalog")
+        table = p.query_one("#catalog", DataTable)
+        assert str(table.get_row_at(0)[0]) == "tiny ★ hybrid unconfirmed"
+        details = text_of(p, "#catalog-details")
+        assert "Hybrid: attention mixed with recurrent layers" in details
+        assert f"Unconfirmed: {note}" in details
+        table.focus()
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: p.download is not None, 20, "download start")
+        assert text_of(p, "#error").startswith(f"Note: {note}")
+        await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
+        # Downloaded, the name proved right: the row no longer says unconfirmed.
+        assert p.listing is not None and p.listing.rows[0].missing == ()
+
+    run_app(app, scenario)
 
 
 def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path) -> None:

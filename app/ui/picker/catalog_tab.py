@@ -11,7 +11,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, ProgressBar, Static, TabPane
 
-from app.catalog import DownloadCancelled, DownloadProgress, FitVerdict, pull_pair
+from app.catalog import (
+    DownloadCancelled,
+    DownloadProgress,
+    FitVerdict,
+    pull_pair,
+    unconfirmed_note,
+)
 from app.catalog.units import format_bytes
 from app.session.pairs import PairRef
 from app.ui.jobs import failure_text
@@ -21,6 +27,22 @@ from app.ui.picker.messages import PairChosen, PickerNote
 from app.ui.workers import run_in_thread
 
 FIT_STYLE = {"fits": "green", "tight": "yellow", "won't fit": "red"}
+HYBRID_LINE = (
+    "Hybrid: attention mixed with recurrent layers; it needs a llama.cpp that runs this architecture."
+)
+
+
+def pair_name_text(row: CatalogRow, default: bool) -> Text:
+    """The name cell: ★ for the default, then what sets the pair apart: hybrid models, and a file
+    still to download whose name was never confirmed on the hub (once on disk it was right)."""
+    name = Text(row.spec.name)
+    if default:
+        name.append(" ★", style="yellow")
+    if row.spec.hybrid:
+        name.append(" hybrid", style="magenta")
+    if any(not f.confirmed for f in row.missing):
+        name.append(" unconfirmed", style="yellow")
+    return name
 
 
 def fit_text(fit: FitVerdict | None) -> Text:
@@ -87,12 +109,10 @@ class CatalogTab(TabPane):
         default = message.listing.catalog.default if message.listing.catalog else ""
         self.default_row = None
         for i, row in enumerate(message.listing.rows):
-            name = Text(row.spec.name)
             if row.spec.name == default:
-                name.append(" ★", style="yellow")
                 self.default_row = row
             table.add_row(
-                name,
+                pair_name_text(row, row.spec.name == default),
                 format_bytes(row.spec.total_bytes) if row.spec.total_bytes else "?",
                 self._state_text(row),
                 fit_text(row.fit),
@@ -124,6 +144,10 @@ class CatalogTab(TabPane):
         lines = [s.description, f"Target: {describe_file(s.target)}", f"Draft:  {describe_file(s.draft)}"]
         if row.fit is not None and row.fit.need_bytes:
             lines.append(f"Memory: {row.fit.summary()} ({row.fit.device})")
+        if s.hybrid:
+            lines.append(HYBRID_LINE)
+        if note := unconfirmed_note(s, row.missing):
+            lines.append(f"Unconfirmed: {note}.")
         action = "Enter loads it." if row.downloaded else "Enter downloads and loads it."
         if not row.downloaded and self.online is False:
             action = "No network: it cannot be downloaded now."
@@ -152,7 +176,9 @@ class CatalogTab(TabPane):
                 PickerNote("No network: downloads are unavailable. Use GGUFs already on disk (On disk tab).")
             )
             return
-        self.post_message(PickerNote(""))
+        # The one line that says a guessed file name may 404, before the download rather than after.
+        note = unconfirmed_note(row.spec, row.missing)
+        self.post_message(PickerNote(f"Note: {note}." if note else ""))
         dl = PairDownload(row.spec)
         self.download = dl
         self.query_one("#download").add_class("-on")
