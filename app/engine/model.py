@@ -266,8 +266,9 @@ class LoadedModel:
         return int(llama_cpp.llama_model_size(self._model))
 
     def kv_cache_bytes(self) -> int:
-        """Bytes of this context's KV cache (F16 K and V for every layer and position)."""
-        return kv_cache_bytes(self.info, self.n_ctx)
+        """Bytes of this context's KV cache (F16 K and V for every layer and position), and of
+        a recurrent model's state with the snapshots llama.cpp keeps of it."""
+        return kv_cache_bytes(self.info, self.n_ctx, self.snapshots)
 
     def is_eog(self, token: int) -> bool:
         """Whether `token` ends a generation (asked for every token: remembered per token, and

@@ -22,6 +22,7 @@ from .events import Event
 from .generation import generate
 from .gguf_file import read_gguf
 from .model import LoadedModel
+from .recurrence import rollback_note
 
 
 class ModelPair:
@@ -70,6 +71,9 @@ class ModelPair:
                 draft.close()
             target.close()
             raise
+        for m in (target, draft):
+            if m is not None and m.recurrent:
+                m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))
         return cls(target, draft)
 
     def close(self) -> None:

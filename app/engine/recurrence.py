@@ -88,3 +88,12 @@ def describe(arch: str) -> str:
         return ""
     how = "llama.cpp snapshots" if arch in SNAPSHOT_ARCHS else "checkpointed"
     return f"{kind}, {how}"
+
+
+def rollback_note(role: str, arch: str, snapshots: int) -> str:
+    """What a user of this pair should know about a recurrent model in it."""
+    if snapshots:
+        how = f"llama.cpp rolls its state back (up to {snapshots} drafts a round; more are checkpointed)"
+    else:
+        how = "its state is copied before drafts are checked and restored after a rejection (a cost)"
+    return f"{role}: {arch} is a {state_kind(arch)} model: {how}"
