@@ -106,6 +106,8 @@ def test_greedy_is_the_target_alone(pair: ModelPair) -> None:
             expected += [r.drafted > pair.target.snapshots for r in spec.rounds if r.drafted]
         spec = run(pair, prompt, max_tokens=40, draft_max=12, adaptive=True, costs=CostModel())
         assert spec.ids == base.ids, "adaptive"
+        spec = run(pair, prompt, max_tokens=40, draft_max=6, drafter="auto")  # lookup rounds too
+        assert spec.ids == base.ids, "auto"
     # Both paths ran: accepted drafts, and rejections that rolled the states back.
     assert 0.15 < accepted / drafted < 0.95, (accepted, drafted)
     assert rounds_restored > 10
