@@ -232,3 +232,143 @@ def truncated_copy(src: Path, dest: Path, fraction: float = 0.6) -> Path:
         data = fh.read(int(src.stat().st_size * fraction))
     dest.write_bytes(data)
     return dest
+
+
+# Shared by every tiny stateful model: the embedding and the output head. With small layer
+# outputs the next token is mostly decided by them (a random bigram table), so models with
+# different layer weights agree part of the time, and drafts are both accepted and rejected.
+# (A tied head would make every model repeat its last token: its own embedding scores highest.)
+_SHARED_HEAD_SEED = 1
+
+
+def tiny_stateful_model(
+    name: str, arch: str, *, seed: int, out_scale: float = 0.03, n_embd: int = 32, n_layer: int = 3
+) -> Path:
+    """A small random-weight model of a recurrent or hybrid architecture with SmolLM2's
+    tokenizer, so that it pairs with the tiny llama models and with SmolLM2.
+
+    arch "lfm2": a hybrid (short-convolution layers, the middle one attention), one of the
+    architectures whose recurrent state llama.cpp can roll back itself (n_rs_seq).
+    arch "mamba2": a pure state-space model, which llama.cpp cannot roll back (Tandem
+    checkpoints its state). arch "llama": plain attention, the same head (a draft for either).
+    `seed` draws the layer weights; the embedding/output head is shared.
+    `out_scale` scales every layer's output projection: small keeps the models in agreement.
+    Weights are F32: with F16, batched and one-by-one logits differ by up to 3e-4, enough to
+    flip the near-ties random models are full of; F32 keeps it under 1e-5.
+    """
+    out = CACHE / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    shared = np.random.default_rng(_SHARED_HEAD_SEED)
+    embd = shared.normal(0, 0.5, (n_vocab, n_embd))
+    head = shared.normal(0, 0.5, (n_vocab, n_embd))
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return rng.normal(0, scale * shape[-1] ** -0.5, shape)
+
+    w: dict[str, np.ndarray] = {"token_embd.weight": embd, "output.weight": head}
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    n_ff = 4 * n_embd
+    n_head, n_head_kv = 4, 2
+    head_dim = n_embd // n_head
+    if arch == "llama":
+        w["output_norm.weight"] = np.ones(n_embd)
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            w[p + "attn_norm.weight"] = np.ones(n_embd)
+            w[p + "ffn_norm.weight"] = np.ones(n_embd)
+            w[p + "attn_q.weight"] = normal(n_embd, n_embd)
+            w[p + "attn_k.weight"] = normal(n_head_kv * head_dim, n_embd)
+            w[p + "attn_v.weight"] = normal(n_head_kv * head_dim, n_embd)
+            w[p + "attn_output.weight"] = normal(n_embd, n_embd, scale=out_scale)
+            w[p + "ffn_gate.weight"] = normal(n_ff, n_embd)
+            w[p + "ffn_up.weight"] = normal(n_ff, n_embd)
+            w[p + "ffn_down.weight"] = normal(n_embd, n_ff, scale=out_scale)
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv(n_head_kv)
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_rope_freq_base(10000.0)
+    elif arch == "lfm2":
+        l_cache = 3
+        attention = {n_layer // 2}  # the middle layer attends, the others convolve
+        w["token_embd_norm.weight"] = np.ones(n_embd)  # (llama.cpp's name for LFM2's output norm)
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            w[p + "attn_norm.weight"] = np.ones(n_embd)
+            w[p + "ffn_norm.weight"] = np.ones(n_embd)
+            w[p + "ffn_gate.weight"] = normal(n_ff, n_embd)
+            w[p + "ffn_up.weight"] = normal(n_ff, n_embd)
+            w[p + "ffn_down.weight"] = normal(n_embd, n_ff, scale=out_scale)
+            if i in attention:
+                w[p + "attn_q_norm.weight"] = np.ones(head_dim)
+                w[p + "attn_k_norm.weight"] = np.ones(head_dim)
+                w[p + "attn_q.weight"] = normal(n_embd, n_embd)
+                w[p + "attn_k.weight"] = normal(n_head_kv * head_dim, n_embd)
+                w[p + "attn_v.weight"] = normal(n_head_kv * head_dim, n_embd)
+                w[p + "attn_output.weight"] = normal(n_embd, n_embd, scale=out_scale)
+            else:
+                w[p + "shortconv.conv.weight"] = normal(n_embd, l_cache)
+                w[p + "shortconv.in_proj.weight"] = normal(3 * n_embd, n_embd)
+                w[p + "shortconv.out_proj.weight"] = normal(n_embd, n_embd, scale=out_scale)
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv([n_head_kv if i in attention else 0 for i in range(n_layer)])
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_rope_freq_base(10000.0)
+        writer.add_uint32(f"{arch}.shortconv.l_cache", l_cache)
+    elif arch == "mamba2":
+        d_conv, d_inner, d_state, n_heads, n_group = 4, 2 * n_embd, 16, 8, 1  # (heads: the SSM's)
+        conv_dim = d_inner + 2 * n_group * d_state
+        w["output_norm.weight"] = np.ones(n_embd)
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            w[p + "attn_norm.weight"] = np.ones(n_embd)
+            w[p + "ssm_in.weight"] = normal(d_inner + conv_dim + n_heads, n_embd)
+            w[p + "ssm_conv1d.weight"] = normal(conv_dim, d_conv)
+            w[p + "ssm_conv1d.bias"] = np.zeros(conv_dim)
+            w[p + "ssm_dt.bias"] = rng.uniform(-4.0, -2.0, n_heads)  # softplus: small steps
+            w[p + "ssm_a"] = -rng.uniform(1.0, 4.0, (n_heads, 1))
+            w[p + "ssm_d"] = np.ones((n_heads, 1))
+            w[p + "ssm_norm.weight"] = np.ones((n_group, d_inner // n_group))
+            w[p + "ssm_out.weight"] = normal(n_embd, d_inner, scale=out_scale)
+        writer.add_feed_forward_length(0)
+        writer.add_head_count(0)
+        writer.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
+        writer.add_uint32(f"{arch}.ssm.inner_size", d_inner)
+        writer.add_uint32(f"{arch}.ssm.state_size", d_state)
+        writer.add_uint32(f"{arch}.ssm.time_step_rank", n_heads)
+        writer.add_uint32(f"{arch}.ssm.group_count", n_group)
+    else:
+        raise ValueError(f"no tiny {arch} model")
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(list(tok["types"]))  # type: ignore[call-overload]
+    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(str(tok["template"]))
+    for key, value in w.items():
+        writer.add_tensor(key, value.astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    part.replace(out)
+    return out

@@ -14,6 +14,7 @@ from app.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from app.catalog.hub_cache import hub_cache_dir
 from app.catalog.units import format_bytes, format_params
 from app.cli.options import ModelsOptions, models_options
+from app.engine.recurrence import describe, rollback_of, state_kind
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +38,9 @@ def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:
         "source": m.source,
         "name": m.name,
         "architecture": m.architecture,
+        # attention / hybrid / recurrent, and how a rejected draft is undone on it
+        "state": state_kind(m.architecture),
+        "rollback": rollback_of(m.architecture),
         "size_bytes": m.size_bytes,
         "quantization": m.quantization,
         "n_params": m.n_params,
@@ -84,7 +88,7 @@ def models(args: ModelsOptions) -> int:
                 str(index[m.path]),
                 m.source,
                 m.name,
-                m.architecture,
+                m.architecture + (f" ({describe(m.architecture)})" if describe(m.architecture) else ""),
                 format_params(m.n_params),
                 m.quantization,
                 format_bytes(m.size_bytes),
@@ -95,6 +99,11 @@ def models(args: ModelsOptions) -> int:
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     print("\nDRAFTS: models with the same tokenizer and fewer parameters (or fewer bits), smallest first.")
+    if any(state_kind(m.architecture) != "attention" for m in found):
+        print(
+            "Hybrid and recurrent models work as target and draft: llama.cpp keeps snapshots of the "
+            "state for some,\nthe others are checkpointed each drafting round (dearer: shorter drafts)."
+        )
     runnable = [m for m in found if drafts[m.path]]
     if runnable:
         t = runnable[0]

@@ -94,6 +94,11 @@ class LoadOptions:
     # Greedy decoding on the CPU lets llama.cpp's own greedy sampler pick each token inside its
     # graph (LoadedModel.decode_greedy); off: the logits are read and checked, as on a GPU.
     greedy_in_graph: bool = True
+    # Recurrent-state snapshots llama.cpp keeps per sequence (n_rs_seq), for the hybrid models
+    # it can roll back itself (recurrence.py): a round rolls back at most K positions, so K's
+    # adaptive cap. Each costs one more copy of the recurrent state; a round that drafts more
+    # is checkpointed instead. Ignored by every other model; 0: always checkpoint.
+    rs_snapshots: int = ADAPTIVE_K_MAX
 
     def validate(self) -> None:
         if self.n_ctx < MIN_CONTEXT:
@@ -104,6 +109,8 @@ class LoadOptions:
             raise TandemError("CPU threads must be at least 1 (or left unset: chosen from the CPU count)")
         if self.n_batch < 1 or self.max_outputs < 1:
             raise TandemError("the batch size and the number of outputs must be at least 1")
+        if not 0 <= self.rs_snapshots <= DRAFT_MAX_LIMIT:
+            raise TandemError(f"recurrent-state snapshots must be between 0 and {DRAFT_MAX_LIMIT}")
 
 
 # Smaller contexts cannot hold a chat template's framing and an answer.

@@ -131,6 +131,7 @@ def measure_costs(
     for m in models:
         m.keep_prefix_of(base)
         m.decode(base[len(m.cached) :], "none")
+        m.checkpoint("measure")  # a recurrent state comes back to `base` from a copy
     lookup = LookupDrafter(target.n_vocab)
     times: dict[str, list[float]] = {"t": [], "d": [], "d1": [], "l": []}
     for n in batch_sizes:

@@ -8,9 +8,14 @@ GPU verifying 9 tokens costs about as much as 1, on a 2-core CPU nearly twice as
 
 `AdaptivePolicy` measures all three as it goes and plans, each round,
 
-    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1) + catch-up)
+    K* = argmax over K in 0..K_max of  E(α, K) / (T_draft(K) + T_verify(K + 1) + catch-up
+                                                   + rollback(α, K))
 
-where K = 0 means one plain target step. The catch-up term: a draft model that sat out rounds
+where K = 0 means one plain target step. The rollback term is what undoing a rejection costs
+beyond a truncate: on a recurrent target llama.cpp cannot roll back, a copy of its state before
+every drafted batch, and after a rejection (probability 1 - α^K) its restore and the replay of
+the kept tokens (a recurrent draft's restore too). On such targets short drafts may win, or
+plain steps. The catch-up term: a draft model that sat out rounds
 (plain steps, or prompt lookup) must first decode what it missed. Prompt lookup is charged for
 the tokens it makes the model miss; the model's first draft after a pause is charged what the
 pause owes, spread over the tokens the answer has left. α is an exponentially forgetting
@@ -88,6 +93,10 @@ class CostModel:
 
     verify: dict[int, _Ema] = field(default_factory=dict)  # target batch size -> seconds
     drafters: dict[str, DraftCosts] = field(default_factory=dict)
+    # Undoing rejections (recurrent models; see rollback_time): the state copy a drafted round
+    # takes before verifying, and the restore + replay a round with a rejection pays.
+    checkpoint: _Ema = field(default_factory=_Ema)
+    restore: _Ema = field(default_factory=_Ema)
     _fit: tuple[float, float, float] | None = field(default=None, repr=False)  # (x0, y0, slope)
 
     def of(self, kind: str) -> DraftCosts:
@@ -110,6 +119,12 @@ class CostModel:
         self.verify.setdefault(n_tokens, _Ema()).add(seconds)
         self._fit = None
 
+    def observe_rollback(self, checkpoint_s: float, restore_s: float, rejected: bool) -> None:
+        """A drafted round's rollback costs (RoundEvent.checkpoint_s, restore_s)."""
+        self.checkpoint.add(checkpoint_s)
+        if rejected:
+            self.restore.add(restore_s)
+
     def observe_acceptance(self, kind: str, accepted: int, trials: int) -> None:
         d = self.of(kind)
         d.accepted = d.accepted * 0.99 + accepted
@@ -127,6 +142,16 @@ class CostModel:
             return d.first.value  # one search, whatever K
         step = d.step.value if d.step.known else d.first.value
         return d.first.value + (k - 1) * step
+
+    def rollback_time(self, alpha: float, k: int) -> float:
+        """Expected seconds a round drafting k tokens spends undoing rejections beyond a
+        truncate: its checkpoint, and with probability 1 - α^k a restore and replay (0 until
+        measured, and next to nothing for attention models)."""
+        if k == 0:
+            return 0.0
+        checkpoint = self.checkpoint.value if self.checkpoint.known else 0.0
+        restore = self.restore.value if self.restore.known else 0.0
+        return checkpoint + (1.0 - alpha**k) * restore
 
     def catchup_time(self, tokens: float) -> float:
         """Extra draft-model time to catch up on `tokens` it did not draft itself."""
@@ -282,7 +307,7 @@ class AdaptivePolicy:
             if draft is None or verify is None:
                 return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
             e = expected_tokens(alpha, k)
-            cost = draft + verify
+            cost = draft + verify + self.costs.rollback_time(alpha, k)
             if k and debt_per_token:
                 cost += e * debt_per_token
             if k and owed_s:

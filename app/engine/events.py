@@ -75,6 +75,11 @@ class RoundEvent:
     draft_passes: int = 0  # draft-model decode calls (the first batch included)
     # The round's tokens: the accepted drafts, then the target's own (a correction or the bonus).
     tokens: tuple[int, ...] = ()
+    # Of verify_s, what undoing rejected drafts cost beyond a truncate: copying a recurrent
+    # target's state before the batch (checkpoint_s), and restoring states and re-decoding the
+    # kept tokens after it (restore_s, both models). 0 for attention models (see model.py).
+    checkpoint_s: float = 0.0
+    restore_s: float = 0.0
 
     def origin(self, i: int) -> Origin:
         """Who produced tokens[i]."""

@@ -102,6 +102,8 @@ def _drive(
         head = list(prompt[:-1])
         reused = target.keep_prefix_of(head)
         target.decode(head[reused:], "none", should_stop=cancelled)
+        if len(target.cached) == len(head):
+            target.checkpoint("prompt")  # (a recurrent state: regenerating starts from here)
         ready = len(target.cached) >= len(head) and (scheduler is None or scheduler.begin(head, cancelled))
         prefilled = len(head) - reused + 1  # the last token is decoded in round one
         prefill_s = time.perf_counter() - t0

@@ -5,6 +5,11 @@
 keeping the longest common prefix with its prompt (multi-turn chat, regenerate, or a run that
 was cancelled half-way all leave the cache in a known state).
 
+A recurrent or hybrid model (recurrence.py) cannot drop a suffix of its state at will: its
+`truncate` uses llama.cpp's own snapshots where they cover the rollback, else restores a
+checkpoint taken with `checkpoint()` and re-decodes what is kept, else starts over; `cached`
+describes what the state really is in every case.
+
 Logits are requested only for the rows that need them and returned as a zero-copy numpy view
 of llama.cpp's output buffer. The context is created with `n_outputs_max` set to the largest
 verification batch, so llama.cpp never allocates a context-sized logits buffer.
@@ -31,6 +36,10 @@ from .errors import ContextOverflowError, GenerationError, ModelLoadError, Tande
 from .gguf_file import GGUFInfo, read_gguf
 from .llama_lib import llama_cpp
 from .memory import kv_cache_bytes
+
+# Copy only the recurrent part of a hybrid's state (its attention KV cache is truncated as
+# usual); a purely recurrent model's state is that part anyway.
+_STATE_FLAGS = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 Outputs = Literal["none", "last", "all"]
 
@@ -105,6 +114,17 @@ class LoadedModel:
             self._load(0)
             self.notes.append(f"{role}: could not load on the GPU, running on the CPU instead")
 
+        # A recurrent state (recurrence.py): how many positions llama.cpp itself can roll back
+        # (0: Tandem checkpoints instead).
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        self.snapshots = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
+        self._rollback_room = 0  # positions a snapshot rollback may undo right now
+        self._checkpoints: dict[str, _Checkpoint] = {}
+        # Seconds spent copying states out (checkpoint) and back in plus re-decoding (restore).
+        self.checkpoint_seconds = 0.0
+        self.restore_seconds = 0.0
         self.vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
@@ -144,6 +164,11 @@ class LoadedModel:
         cparams.n_ubatch = opts.n_batch
         cparams.n_seq_max = 1
         cparams.n_outputs_max = opts.max_outputs
+        if llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model):
+            # Snapshots of the last positions of each batch (llama.cpp clamps this to 0 for the
+            # architectures it cannot roll back); they must fit in one micro-batch with the
+            # position before them.
+            cparams.n_rs_seq = min(opts.rs_snapshots, opts.n_batch - 1)
         if self._may_sample_in_graph(n_gpu_layers):
             # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
             # would refuse a verify batch); only then: it makes every step a few percent slower.
@@ -241,8 +266,9 @@ class LoadedModel:
         return int(llama_cpp.llama_model_size(self._model))
 
     def kv_cache_bytes(self) -> int:
-        """Bytes of this context's KV cache (F16 K and V for every layer and position)."""
-        return kv_cache_bytes(self.info, self.n_ctx)
+        """Bytes of this context's KV cache (F16 K and V for every layer and position), and of
+        a recurrent model's state with the snapshots llama.cpp keeps of it."""
+        return kv_cache_bytes(self.info, self.n_ctx, self.snapshots)
 
     def is_eog(self, token: int) -> bool:
         """Whether `token` ends a generation (asked for every token: remembered per token, and
@@ -318,9 +344,16 @@ class LoadedModel:
         return ptr.decode("utf-8", errors="replace") if ptr else None
 
     # ------------------------------------------------------------------ KV cache
-    def truncate(self, n: int) -> None:
-        """Keep the first n cached tokens, drop the rest from the KV cache."""
+    def truncate(self, n: int, *, replay: bool = True) -> None:
+        """Keep the first n cached tokens, drop the rest from the KV cache.
+
+        A recurrent state is rolled back by llama.cpp's snapshots where they reach, else by the
+        latest checkpoint at or before n, re-decoding up to n (`replay`; without it the cache
+        may be left holding fewer than n tokens: `cached` says how many), else from scratch."""
         if n >= len(self.cached):
+            return
+        if self.recurrent:
+            self._rewind(n, replay)
             return
         ok = llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
         if not ok:
@@ -334,6 +367,77 @@ class LoadedModel:
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.cached = []
+        self._rollback_room = 0
+        self._checkpoints.clear()
+
+    # ------------------------------------------------------------------ recurrent state
+    def can_roll_back(self, k: int) -> bool:
+        """Whether the next batch of k + 1 tokens can afterwards be cut back by up to k with
+        llama.cpp's own snapshots (always, for an attention model): no checkpoint needed."""
+        return not self.recurrent or (k <= self.snapshots and k < self.n_batch)
+
+    def checkpoint(self, slot: str = "round") -> None:
+        """Keep a copy of the recurrent state as it is now, for `truncate` to come back to.
+
+        Slots: "round" (before a batch that may be rejected) and "prompt" (after a prefill, so
+        that regenerating an answer or a cancelled run does not re-read the prompt). A copy is
+        bytes of the recurrent state only: a hybrid's attention cache is truncated as usual."""
+        if not self.recurrent:
+            return
+        t0 = time.perf_counter()
+        old = self._checkpoints.get(slot)
+        point = _Checkpoint(len(self.cached), old.data if old is not None else None)
+        if self.cached:
+            ctx = self._ctx
+            _llama_synchronize(ctx)
+            size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, 0, _STATE_FLAGS))
+            if point.data is None or len(point.data) < size:
+                point.data = (ctypes.c_uint8 * size)()
+            point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, 0, _STATE_FLAGS))
+            if point.size == 0:
+                self._checkpoints.pop(slot, None)  # (truncate then starts over: slow, never wrong)
+                return
+        self._checkpoints[slot] = point
+        self.checkpoint_seconds += time.perf_counter() - t0
+
+    def _rewind(self, n: int, replay: bool) -> None:
+        """truncate(n) for a recurrent state."""
+        t0 = time.perf_counter()
+        back = len(self.cached) - n
+        # llama.cpp's snapshots hold the states after each of the last batch's tokens but its
+        # first (and seq_rm cannot tell a written snapshot from a stale one), once: a second
+        # rollback before the next decode is refused.
+        if n > 0 and back <= self._rollback_room and llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
+            del self.cached[n:]
+            self._rollback_room = 0
+            self._forget_checkpoints_beyond(n)
+            return
+        tokens = self.cached[:n]
+        usable = [c for c in self._checkpoints.values() if c.length <= n]
+        point = max(usable, key=lambda c: c.length, default=None)
+        if point is None or point.length == 0 or not self._restore(point):
+            self.reset()
+        else:
+            del self.cached[point.length :]
+            self._rollback_room = 0
+            self._forget_checkpoints_beyond(point.length)
+        if replay and len(self.cached) < n:
+            self._decode(tokens[len(self.cached) :], "none", None)
+        self.restore_seconds += time.perf_counter() - t0
+
+    def _restore(self, point: _Checkpoint) -> bool:
+        assert point.data is not None
+        ctx = self._ctx
+        _llama_synchronize(ctx)
+        if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, 0, _STATE_FLAGS):
+            return False
+        # The recurrent part now ends at the checkpoint; a hybrid's attention part still holds
+        # the later positions: drop them.
+        return bool(llama_cpp.llama_memory_seq_rm(self._mem, 0, point.length, -1))
+
+    def _forget_checkpoints_beyond(self, n: int) -> None:
+        for slot in [s for s, c in self._checkpoints.items() if c.length > n]:
+            del self._checkpoints[slot]
 
     def keep_prefix_of(self, tokens: Sequence[int]) -> int:
         """Drop cached tokens after the longest common prefix with `tokens`; return its length."""
@@ -341,7 +445,7 @@ class LoadedModel:
         limit = min(len(self.cached), len(tokens))
         while n < limit and self.cached[n] == tokens[n]:
             n += 1
-        self.truncate(n)
+        self.truncate(n, replay=False)  # the caller decodes the rest
         return len(self.cached)
 
     def kv_pos_max(self) -> int:
@@ -500,6 +604,9 @@ class LoadedModel:
                     )
                 raise GenerationError(f"llama.cpp failed to decode on the {self.role} (code {rc})")
             self.cached.extend(chunk)
+            if self.recurrent:
+                # Snapshots exist for the states after this batch's tokens but its last.
+                self._rollback_room = min(self.snapshots, m - 1)
         return True
 
     def _outputs_read(self) -> None:
@@ -522,6 +629,9 @@ class LoadedModel:
 
     def _resync_after_failure(self) -> None:
         """After a failed decode, make `cached` describe what the KV cache really holds."""
+        if self.recurrent:
+            self.reset()  # what a failed batch did to a recurrent state cannot be told
+            return
         pos_max = self.kv_pos_max()
         if pos_max + 1 < len(self.cached):
             del self.cached[pos_max + 1 :]
@@ -530,3 +640,14 @@ class LoadedModel:
         ):
             # Part of the failed batch stayed in the cache and cannot be dropped: start over.
             self.reset()
+
+
+class _Checkpoint:
+    """A copy of a sequence's recurrent state, taken when the cache held `length` tokens."""
+
+    __slots__ = ("data", "length", "size")
+
+    def __init__(self, length: int, data: ctypes.Array[ctypes.c_uint8] | None) -> None:
+        self.length = length
+        self.data = data
+        self.size = 0

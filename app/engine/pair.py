@@ -17,12 +17,12 @@ from .chat_template import ChatMessage, render_chat
 from .compat import check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
-from .errors import ContextOverflowError, ModelLoadError, TandemError
+from .errors import ContextOverflowError, TandemError
 from .events import Event
 from .generation import generate
 from .gguf_file import read_gguf
-from .llama_lib import llama_cpp
 from .model import LoadedModel
+from .recurrence import rollback_note
 
 
 class ModelPair:
@@ -57,26 +57,23 @@ class ModelPair:
         draft: LoadedModel | None = None
         try:
             if draft_path is not None:
+                # A recurrent draft decodes one token at a time, which llama.cpp's snapshots
+                # cannot roll back: it is checkpointed (drafters/model.py), snapshots would
+                # only take memory.
                 draft = LoadedModel(
                     draft_path,
-                    replace(opts, max_outputs=1, n_batch=min(opts.n_batch, 128)),
+                    replace(opts, max_outputs=1, n_batch=min(opts.n_batch, 128), rs_snapshots=0),
                     role="draft",
                     info=d_info,
                 )
-                for m in (target, draft):
-                    if llama_cpp.llama_model_is_recurrent(m._model) or llama_cpp.llama_model_is_hybrid(
-                        m._model
-                    ):
-                        raise ModelLoadError(
-                            f"{m.path.name} is a recurrent ({m.info.architecture}) model: its state "
-                            "cannot be rolled back after a rejected draft, so it cannot be used for "
-                            "speculative decoding. Run the target alone (--baseline)."
-                        )
         except BaseException:
             if draft is not None:
                 draft.close()
             target.close()
             raise
+        for m in (target, draft):
+            if m is not None and m.recurrent:
+                m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))
         return cls(target, draft)
 
     def close(self) -> None:

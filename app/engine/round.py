@@ -5,7 +5,9 @@
     3. accept   the longest agreeing prefix (greedy: d_i == argmax p_i; sampling: rejection
                 sampling), then one token of the target's own: a correction, or the bonus
                 after all K were accepted;
-    4. roll back both states to what the target kept (llama_memory_seq_rm).
+    4. roll back both states to what the target kept (llama_memory_seq_rm; a recurrent
+                state that llama.cpp cannot roll back that far is checkpointed before the
+                verify batch, restored after a rejection and the kept tokens re-decoded).
 
 The output is exactly the target's: every token the user sees is either a draft the target's
 own choice agrees with, or the target's choice itself. Which drafter runs and how long K is
@@ -57,8 +59,13 @@ def run_round(
         return None  # cancelled while drafting: do not verify
     drafts = proposal.tokens
     t1 = time.perf_counter()
+    checkpoint_s = 0.0
+    if drafts and not target.can_roll_back(len(drafts)):
+        target.checkpoint()  # (a recurrent state: see LoadedModel.truncate)
+        checkpoint_s = time.perf_counter() - t1
     accepted, own = verify(target, history[-1], drafts, proposal.qs, sampler, rng)
     keep = len(history) + accepted  # the last token and the accepted drafts
+    t_back = time.perf_counter()
     if accepted < len(drafts):
         target.truncate(keep)
     if drafter is not None:
@@ -78,6 +85,8 @@ def run_round(
         proposal.first_s,
         proposal.passes,
         tokens,
+        checkpoint_s,
+        t2 - t_back if accepted < len(drafts) else 0.0,  # restore_s: only a rejection restores
     )
 
 

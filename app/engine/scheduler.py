@@ -138,7 +138,12 @@ class Scheduler:
     def observe(self, rnd: RoundEvent) -> None:
         plan = self._last
         if self.rounds_done:  # the first round runs cold: its timings would mislead
-            self.costs.observe_verify(rnd.drafted + 1, rnd.verify_s)
+            # The verify batch alone: the rollback costs are a term of their own, paid only
+            # by rounds that draft (a plain step is never undone).
+            rollback_s = rnd.checkpoint_s + rnd.restore_s
+            self.costs.observe_verify(rnd.drafted + 1, rnd.verify_s - rollback_s)
+            if rnd.drafted:
+                self.costs.observe_rollback(rnd.checkpoint_s, rnd.restore_s, rnd.accepted < rnd.drafted)
             if rnd.draft_passes:
                 rest_s = rnd.draft_s - rnd.first_draft_s
                 self.costs.observe_model_draft(rnd.caught_up, rnd.first_draft_s, rest_s, rnd.draft_passes - 1)

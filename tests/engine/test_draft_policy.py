@@ -151,3 +151,23 @@ def test_model_pays_unless_lookup_supplies_most_of_the_text() -> None:
     assert model_pays(0.3, 0.025, 0.020, 0.006)  # 0.7 * 5 > 0.3 * 6
     assert not model_pays(0.6, 0.025, 0.020, 0.006)  # 0.4 * 5 < 0.6 * 6
     assert not model_pays(0.0, 0.025, 0.030, 0.006)  # the model is slower than plain steps
+
+
+def test_rollback_costs_shorten_drafts_on_a_recurrent_target() -> None:
+    """A target whose state is restored and replayed after a rejection (and checkpointed
+    before every drafted batch): the policy weighs it and drafts less, or not at all."""
+    plans = []
+    for restore_s in (None, 0.012, 0.03):
+        c = costs(2, {1: 10, 2: 11, 5: 14, 9: 18})
+        for _ in range(5):
+            if restore_s is not None:
+                c.observe_rollback(0.0005, restore_s, rejected=True)
+        policy = AdaptivePolicy(12, c)
+        for _ in range(30):
+            policy.observe(4, 3)  # about 3 of 4 draft tokens accepted
+        plans.append(policy.plan(100))
+    assert c.rollback_time(0.6, 0) == 0.0
+    assert c.rollback_time(0.6, 4) == pytest.approx(0.0005 + (1 - 0.6**4) * 0.03)
+    (k_plain, rate_plain), (k_dear, rate_dear), (k_dearer, _) = plans
+    assert k_plain == 3 and k_dear == 2 and rate_dear < rate_plain
+    assert k_dearer == 0  # a plain step beats anything drafting can repay

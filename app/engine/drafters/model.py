@@ -3,6 +3,12 @@
 Its KV cache is kept in step with the history: each draft starts by catching up, in one
 batch, on the tokens it has not decoded (normally the last token; after a fully accepted round
 also the final draft token, which it proposed but never decoded; more after rounds it sat out).
+
+A recurrent or hybrid draft model decodes its drafts one token at a time, which leaves
+llama.cpp's snapshots nothing to roll back to: its state is checkpointed once it has caught up
+(then it holds the whole history, always a prefix of the next one), just before it decodes a
+token the target may reject, and restored after a rejection. It does not re-decode what the
+target kept: its next catch-up batch does, with the round's new tokens, in one batch.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ class ModelDrafter:
         # Reuse the longest cached prefix (multi-turn chats), prefill the rest.
         reused = self.model.keep_prefix_of(prompt)
         self.model.decode(prompt[reused:], "none", should_stop=should_stop)
+        if self.ready_for(prompt):
+            self.model.checkpoint("prompt")  # (a recurrent state: regenerating starts from here)
 
     def ready_for(self, prompt: Sequence[int]) -> bool:
         """Whether `begin` completed (a cancelled prefill leaves a shorter cache)."""
@@ -77,6 +85,12 @@ class ModelDrafter:
             yield drawn
             if model.is_eog(drawn[0]) or (self.cancel is not None and self.cancel.is_set()):
                 return
+            if out.passes == 1:
+                # The drafts' state may need undoing (recurrent models); a cost of the round,
+                # counted with its first batch.
+                t_ckpt = time.perf_counter()
+                model.checkpoint()
+                out.first_s += time.perf_counter() - t_ckpt
             pending = [drawn[0]]
 
     def _next(self, tokens: list[int]) -> tuple[int, Dist | None] | None:
@@ -107,8 +121,9 @@ class ModelDrafter:
         return len(history) - len(self.model.cached)
 
     def accept(self, keep: int) -> None:
-        # It never decoded its own final proposal, so it may hold fewer than `keep` tokens.
-        self.model.truncate(min(len(self.model.cached), keep))
+        # It never decoded its own final proposal, so it may hold fewer than `keep` tokens. A
+        # recurrent state goes back to its checkpoint: the next catch-up re-decodes the rest.
+        self.model.truncate(min(len(self.model.cached), keep), replay=False)
 
 
 def top_prob(logits: np.ndarray) -> float:
