@@ -137,7 +137,7 @@ def _size(p: PairSpec, target: Path | None, draft: Path | None) -> str:
 # What each word of the NOTES column means, printed under the table when a row uses it.
 NOTE_MEANINGS = {
     "hybrid": "hybrid: attention mixed with recurrent layers (Qwen3.5's Gated DeltaNet, Nemotron-H's "
-    "Mamba-2); such a target needs a llama.cpp that runs its architecture",
+    "Mamba-2), whose state is rolled back after a rejected draft (docs/architecture.md)",
     "unconfirmed": "unconfirmed: a file name was not confirmed on the hub; if it is wrong the download "
     "stops with 'not found'",
 }

@@ -28,7 +28,8 @@ from app.ui.workers import run_in_thread
 
 FIT_STYLE = {"fits": "green", "tight": "yellow", "won't fit": "red"}
 HYBRID_LINE = (
-    "Hybrid: attention mixed with recurrent layers; it needs a llama.cpp that runs this architecture."
+    "Hybrid: attention mixed with recurrent layers, whose state Tandem rolls back after a "
+    "rejected draft (llama.cpp's snapshots, else a copy of the state): the output stays exact."
 )
 
 
