@@ -191,6 +191,24 @@ def _on_abort(message: bytes | None) -> None:
     # What was answered so far stays on the screen; the process ends just below either way.
     with contextlib.suppress(Exception):
         sys.stdout.flush()
-    lead = "\n" if sys.stdout.isatty() else ""
+    lead = ""
+    if sys.stdout.isatty():
+        lead = "\n"
+        _restore_terminal()
     os.write(2, (lead + line).encode())
     os._exit(1)
+
+
+def _restore_terminal() -> None:
+    """Undo what a full-screen front-end (the app) did to the terminal, since the process ends
+    without its own clean-up: the main screen back, the cursor shown, mouse reports and
+    bracketed paste off, and line editing and echo on again. Harmless on a plain terminal."""
+    os.write(1, b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h")
+    with contextlib.suppress(Exception):
+        import termios
+
+        attrs = termios.tcgetattr(0)
+        attrs[0] |= termios.ICRNL
+        attrs[1] |= termios.OPOST
+        attrs[3] |= termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN
+        termios.tcsetattr(0, termios.TCSANOW, attrs)
