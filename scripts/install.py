@@ -49,7 +49,10 @@ X86_FLAGS = {
     "avx512_vnni": "GGML_AVX512_VNNI",
     "avx512_bf16": "GGML_AVX512_BF16",
 }
-COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
+# GGML_RPC: llama.cpp's RPC backend, so that `--rpc HOST:PORT` can spread a target over other
+# machines running rpc-server (README); it adds one small library and costs nothing unused.
+RPC_ARG = "-DGGML_RPC=ON"
+COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", RPC_ARG]
 
 
 def say(msg: str) -> None:
@@ -148,10 +151,14 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> None:
 
 def installed_build(py: Path) -> dict[str, object] | None:
     """What llama_cpp in the venv is, or None if it does not import."""
+    # 'gpu' from the GPU backend's library, not llama_supports_gpu_offload(): with the RPC
+    # backend built in, that is true of a CPU-only build too.
     probe = (
-        "import json, llama_cpp; "
+        "import json, pathlib, llama_cpp; "
+        "libs = [p.name for p in (pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*')]; "
         "print(json.dumps({'version': llama_cpp.__version__, "
-        "'gpu': bool(llama_cpp.llama_supports_gpu_offload())}))"
+        "'gpu': any(g in n for n in libs for g in ('ggml-cuda', 'ggml-metal')), "
+        "'rpc': bool(llama_cpp.llama_supports_rpc())}))"
     )
     res = subprocess.run([str(py), "-c", probe], capture_output=True, text=True)
     if res.returncode != 0:
@@ -171,7 +178,8 @@ def ensure_llama(py: Path, venv_dir: Path, force: bool) -> None:
     wanted = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
     marker = venv_dir / MARKER_NAME
     have = installed_build(py)
-    if not force and have is not None and marker.exists():
+    wants_rpc = RPC_ARG in args
+    if not force and have is not None and marker.exists() and have.get("rpc") == wants_rpc:
         try:
             if json.loads(marker.read_text()) == wanted:
                 say(f"llama.cpp ({flavour}) already built, keeping it")
@@ -186,17 +194,20 @@ def ensure_llama(py: Path, venv_dir: Path, force: bool) -> None:
     cmd = [str(py), "-m", "pip", "install", "--upgrade", LLAMA_CPP_PYTHON]
     run([*cmd, "--force-reinstall", "--no-deps"] if have is not None else cmd, env=env)
     have = installed_build(py)
-    if have is not None and flavour in ("cuda", "metal") and not have["gpu"]:
-        # pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS: a CPU wheel built
-        # earlier may have been reused. Build again without the cache.
-        say("the cached build has no GPU support; rebuilding without pip's cache")
+    no_gpu = have is not None and flavour in ("cuda", "metal") and not have["gpu"]
+    no_rpc = have is not None and wants_rpc and not have.get("rpc")
+    if no_gpu or no_rpc:
+        # pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS: a wheel built earlier
+        # with other flags (CPU only, or before the RPC backend was built in) may have been
+        # reused. Build again without the cache.
+        say(f"the cached build has no {'GPU' if no_gpu else 'RPC'} support; rebuilding without pip's cache")
         run([*cmd, "--force-reinstall", "--no-deps", "--no-cache-dir"], env=env)
         have = installed_build(py)
     if have is None:
         say("llama_cpp does not import after the build; see the pip output above")
         sys.exit(1)
     marker.write_text(json.dumps(wanted, indent=2))
-    say(f"llama-cpp-python {have['version']} ready (GPU offload: {have['gpu']})")
+    say(f"llama-cpp-python {have['version']} ready (GPU offload: {have['gpu']}, RPC: {have.get('rpc')})")
 
 
 def main() -> None:

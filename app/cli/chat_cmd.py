@@ -56,6 +56,8 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
         settings = replace(settings, n_gpu_layers=opts.n_gpu_layers)
     if opts.n_threads is not None:
         settings = replace(settings, n_threads=opts.n_threads)
+    if opts.rpc_servers is not None:
+        settings = replace(settings, rpc_servers=",".join(opts.rpc_servers))
     settings.validate()
     app.settings = settings
     return app

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.engine import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, GenerationConfig, LoadOptions, SamplerSettings
-from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
+from app.engine.config import ADAPTIVE_K_MAX, FIXED_K, RPC_PORT_DEFAULT
 from app.session.choices import Choices
 from app.session.pairs import PairRequest
 
@@ -59,6 +59,15 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     )
     g.add_argument(
         "--threads", type=int, default=None, metavar="N", help=f"CPU threads (default: {default_threads})"
+    )
+    default_rpc = "the app's settings" if app else "none: the target runs on this machine"
+    g.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        default=None,
+        help="spread the target's layers over these llama.cpp rpc-server hosts (port "
+        f"{RPC_PORT_DEFAULT} by default there); the draft stays on this machine. rpc-server has no "
+        f"authentication: trusted networks only (default: {default_rpc})",
     )
 
 
@@ -186,6 +195,7 @@ class ChatOptions:
     n_ctx: int | None
     n_gpu_layers: int | None
     n_threads: int | None
+    rpc_servers: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -225,7 +235,16 @@ def _choices(args: argparse.Namespace) -> Choices:
         n_ctx=args.ctx,
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
+        rpc_servers=_servers(args.rpc) or (),
     )
+
+
+def _servers(text: str | None) -> tuple[str, ...] | None:
+    """--rpc's list, split only: each entry is checked with the other loading options
+    (LoadOptions.validate), so a bad one is the same one-line error everywhere."""
+    if text is None:
+        return None
+    return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -273,8 +292,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:
     if not hasattr(args, "target"):  # plain `tandem`: no chat flags were parsed
-        return ChatOptions(PairRequest(), False, None, None, None)
-    return ChatOptions(_models(args), args.yes, args.ctx, args.gpu_layers, args.threads)
+        return ChatOptions(PairRequest(), False, None, None, None, None)
+    return ChatOptions(_models(args), args.yes, args.ctx, args.gpu_layers, args.threads, _servers(args.rpc))
 
 
 def pairs_options(args: argparse.Namespace) -> PairsOptions:

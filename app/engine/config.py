@@ -99,6 +99,9 @@ class LoadOptions:
     # adaptive cap. Each costs one more copy of the recurrent state; a round that drafts more
     # is checkpointed instead. Ignored by every other model; 0: always checkpoint.
     rs_snapshots: int = ADAPTIVE_K_MAX
+    # rpc-server endpoints (HOST:PORT) the target's layers are spread over (rpc.py); the draft
+    # always stays local. Empty: everything runs here.
+    rpc_servers: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.n_ctx < MIN_CONTEXT:
@@ -111,6 +114,33 @@ class LoadOptions:
             raise TandemError("the batch size and the number of outputs must be at least 1")
         if not 0 <= self.rs_snapshots <= DRAFT_MAX_LIMIT:
             raise TandemError(f"recurrent-state snapshots must be between 0 and {DRAFT_MAX_LIMIT}")
+        for server in self.rpc_servers:
+            check_rpc_server(server)
+
+
+# rpc-server's default port, quoted in messages and help texts.
+RPC_PORT_DEFAULT = 50052
+
+
+def parse_rpc_servers(text: str) -> tuple[str, ...]:
+    """`HOST:PORT[,HOST:PORT...]` (spaces and empty entries ignored) as a tuple; TandemError
+    names the first bad entry."""
+    servers = tuple(s.strip() for s in text.split(",") if s.strip())
+    for server in servers:
+        check_rpc_server(server)
+    return servers
+
+
+def check_rpc_server(endpoint: str) -> None:
+    """HOST:PORT with an IPv4 address or a host name: ggml's RPC client resolves names with
+    gethostbyname and aborts the process on anything it cannot parse, so bad input is refused
+    here, with a sentence, before it gets there."""
+    host, sep, port = endpoint.rpartition(":")
+    example = f"(for example 192.168.1.10:{RPC_PORT_DEFAULT})"
+    if not sep or not host or not all(c.isascii() and (c.isalnum() or c in ".-_") for c in host):
+        raise TandemError(f"RPC server {endpoint!r} is not HOST:PORT {example}")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise TandemError(f"RPC server {endpoint!r}: the port must be a number from 1 to 65535 {example}")
 
 
 # Smaller contexts cannot hold a chat template's framing and an answer.

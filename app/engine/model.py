@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import llama_log
+from . import llama_log, rpc
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -67,7 +67,11 @@ def ensure_backend() -> None:
 
 
 def gpu_offload_supported() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Whether this machine has a GPU llama.cpp can use. Not llama_supports_gpu_offload(): in a
+    build with the RPC backend that is true on every machine, and a CPU-only one would then
+    lose what only the CPU path does (greedy sampling inside the graph, the CPU memory fit)."""
+    ensure_backend()
+    return bool(rpc.local_gpus())
 
 
 def default_threads() -> int:
@@ -100,13 +104,21 @@ class LoadedModel:
         self._model: int | None = None
         self._ctx: int | None = None
         self._batch: Any = None  # llama_batch (a ctypes struct)
+        # The devices the layers are offloaded to when some are RPC servers (rpc.py), NULL-
+        # terminated for llama_model_params; None: llama.cpp's default, the local GPUs.
+        self._devices: ctypes.Array[ctypes.c_void_p] | None = None
+        if opts.rpc_servers:
+            self._devices = rpc.device_array(rpc.target_devices(opts.rpc_servers))
+            self.notes.append(f"{role}: layers offloaded to the RPC servers {', '.join(opts.rpc_servers)}")
 
-        want_gpu = opts.n_gpu_layers != 0 and gpu_offload_supported()
+        want_gpu = opts.n_gpu_layers != 0 and (self._devices is not None or gpu_offload_supported())
         self.gpu_layers = opts.n_gpu_layers if want_gpu else 0
         try:
             self._load(self.gpu_layers)
         except ModelLoadError:
-            if not want_gpu:
+            # Falling back to the CPU would load a model meant to be spread over several
+            # machines on this one alone: say why it failed instead.
+            if not want_gpu or self._devices is not None:
                 raise
             # Not enough GPU memory (or a driver problem): fall back to the CPU, and say so.
             self.close()
@@ -152,6 +164,8 @@ class LoadedModel:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
         mparams.use_mmap = opts.use_mmap
+        if self._devices is not None:
+            mparams.devices = ctypes.addressof(self._devices)
         log_mark = llama_log.mark()
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:

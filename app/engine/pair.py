@@ -62,7 +62,9 @@ class ModelPair:
                 # only take memory.
                 draft = LoadedModel(
                     draft_path,
-                    replace(opts, max_outputs=1, n_batch=min(opts.n_batch, 128), rs_snapshots=0),
+                    replace(
+                        opts, max_outputs=1, n_batch=min(opts.n_batch, 128), rs_snapshots=0, rpc_servers=()
+                    ),
                     role="draft",
                     info=d_info,
                 )

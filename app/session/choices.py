@@ -35,6 +35,8 @@ class Choices:
     n_ctx: int | None = None
     n_gpu_layers: int | None = None
     n_threads: int | None = None
+    # rpc-server endpoints for the target (HOST:PORT each); empty: it runs on this machine.
+    rpc_servers: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise TandemError with one sentence naming the first bad value (NaN included)."""
@@ -61,4 +63,6 @@ def load_options(c: Choices, pair: PairSpec | None = None) -> LoadOptions:
     opts = LoadOptions()
     n_ctx = c.n_ctx if c.n_ctx is not None else (pair.context if pair is not None else opts.n_ctx)
     n_gpu_layers = c.n_gpu_layers if c.n_gpu_layers is not None else opts.n_gpu_layers
-    return replace(opts, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=c.n_threads)
+    return replace(
+        opts, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=c.n_threads, rpc_servers=c.rpc_servers
+    )

@@ -60,6 +60,9 @@ class Settings:
     n_ctx: int | None = None  # None: the pair's context, else 4096
     n_gpu_layers: int = LoadOptions.n_gpu_layers
     n_threads: int | None = None  # None: chosen from the CPU count (model.default_threads)
+    # rpc-server endpoints for the target, "HOST:PORT,HOST:PORT" as typed (one flat TOML
+    # string); empty: the target runs on this machine.
+    rpc_servers: str = ""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
     def choices(self) -> Choices:
@@ -78,6 +81,7 @@ class Settings:
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
             n_threads=self.n_threads,
+            rpc_servers=tuple(s.strip() for s in self.rpc_servers.split(",") if s.strip()),
         )
 
     def validate(self) -> None:
@@ -113,6 +117,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "n_ctx": (int,),
     "n_gpu_layers": (int,),
     "n_threads": (int,),
+    "rpc_servers": (str,),
     "system_prompt": (str,),
 }
 assert set(_TYPES) == {f.name for f in fields(Settings)}

@@ -47,6 +47,13 @@ FIELDS: list[tuple[str, str, str, str]] = [
     ),
     ("n_gpu_layers", "GPU layers", "integer", "-1 = all, 0 = CPU only; applies on the next load"),
     ("n_threads", "CPU threads", "integer", "empty = chosen from the CPU count; applies on the next load"),
+    (
+        "rpc_servers",
+        "RPC servers",
+        "servers",
+        "HOST:PORT,...: the target's layers run there (rpc-server, trusted networks only); "
+        "empty = here; applies on the next load",
+    ),
     ("system_prompt", "System prompt", "text", "for new chats (Ctrl+G edits the current one)"),
 ]
 
@@ -111,8 +118,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
                         yield Input(
                             text,
                             id=name,
-                            type="text" if kind == "text" else kind,  # type: ignore[arg-type]
-                            classes="-wide" if kind == "text" else "",
+                            type=kind if kind in ("integer", "number") else "text",  # type: ignore[arg-type]
+                            classes="-wide" if kind in ("text", "servers") else "",
                         )
                     if kind != "text":
                         yield Static(hint, classes="hint", markup=False)
@@ -134,6 +141,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
             raw = self.query_one(f"#{name}", Input).value.strip()
             if kind == "text":
                 values[name] = self.query_one(f"#{name}", Input).value
+            elif kind == "servers":
+                values[name] = raw
             elif name in OPTIONAL and not raw:
                 values[name] = None
             else:
