@@ -22,6 +22,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import platformdirs
@@ -204,8 +205,26 @@ def tiny_model(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
+    return _finish_tiny(writer, part, out, tok, tokens, types, tensors, chat_template=chat_template)
+
+
+def _finish_tiny(
+    writer: Any,
+    part: Path,
+    out: Path,
+    tok: dict[str, object],
+    tokens: list[str],
+    types: list[int],
+    tensors: dict[str, np.ndarray],
+    *,
+    chat_template: bool = True,
+) -> Path:
+    """The part every tiny model shares: F32, SmolLM2's tokenizer (so tiny models pair with each
+    other and with SmolLM2), the tensors; written, then moved into place."""
+    import gguf
+
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_vocab_size(n_vocab)
+    writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
@@ -353,22 +372,5 @@ def tiny_stateful_model(
     writer.add_embedding_length(n_embd)
     writer.add_block_count(n_layer)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_vocab_size(n_vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
-    writer.add_token_list(tokens)
-    writer.add_token_types(list(tok["types"]))  # type: ignore[call-overload]
-    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(str(tok["template"]))
-    for key, value in w.items():
-        writer.add_tensor(key, value.astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    part.replace(out)
-    return out
+    types = list(tok["types"])  # type: ignore[call-overload]
+    return _finish_tiny(writer, part, out, tok, tokens, types, w)
