@@ -41,19 +41,7 @@ def generate(
     next (adaptive drafting starts well informed); a fresh one is used if not given. `lock`:
     held while the generation runs; taken when it starts, refused if another one holds it.
     """
-    config.validate()
-    if not prompt:
-        raise TandemError("the prompt is empty")
-    if speculative and config.drafter == "model" and draft is None:
-        raise TandemError("the model drafter needs a draft model: load one, or use prompt lookup")
-    if not (speculative and config.drafter in ("model", "auto")):
-        draft = None
-    n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
-    if len(prompt) >= n_ctx:
-        raise ContextOverflowError(
-            f"the prompt has {len(prompt):,} tokens but the context holds {n_ctx:,}: shorten it "
-            "or use a larger context (--ctx)"
-        )
+    draft, n_ctx = check_request(target, draft, prompt, config, speculative=speculative)
     rng = random.Random(config.sampler.seed)
     if not speculative:
         start = StartEvent("baseline", "", 0, False)
@@ -67,6 +55,33 @@ def generate(
     scheduler = Scheduler(target, draft, config, rng, cancel, costs or CostModel())
     models = [target] if draft is None else [target, draft]
     return _drive(target, models, prompt, config, start, scheduler, n_ctx, rng, cancel, lock)
+
+
+def check_request(
+    target: LoadedModel,
+    draft: LoadedModel | None,
+    prompt: Sequence[int],
+    config: GenerationConfig,
+    *,
+    speculative: bool,
+) -> tuple[LoadedModel | None, int]:
+    """What `generate` refuses, checked without touching either model: raises TandemError
+    (ContextOverflowError for a prompt that does not fit). Returns the draft model the
+    generation uses (None: none) and the context both share."""
+    config.validate()
+    if not prompt:
+        raise TandemError("the prompt is empty")
+    if speculative and config.drafter == "model" and draft is None:
+        raise TandemError("the model drafter needs a draft model: load one, or use prompt lookup")
+    if not (speculative and config.drafter in ("model", "auto")):
+        draft = None
+    n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
+    if len(prompt) >= n_ctx:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt):,} tokens but the context holds {n_ctx:,}: shorten it "
+            "or use a larger context (--ctx)"
+        )
+    return draft, n_ctx
 
 
 def _drive(

@@ -19,7 +19,7 @@ from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
 from .errors import ContextOverflowError, TandemError
 from .events import Event
-from .generation import generate
+from .generation import check_request, generate
 from .gguf_file import read_gguf
 from .model import LoadedModel
 from .recurrence import rollback_note
@@ -158,6 +158,14 @@ class ModelPair:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     # ------------------------------------------------------------------ generation
+    def check_request(
+        self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
+    ) -> None:
+        """Raise what `generate` would refuse for this prompt and config (TandemError;
+        ContextOverflowError when the prompt does not fit), without generating: for a caller
+        that must answer before the pair is free (the server, while another answer runs)."""
+        check_request(self.target, self.draft, prompt, config, speculative=speculative)
+
     def generate(
         self,
         prompt: Sequence[int],

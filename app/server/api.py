@@ -147,22 +147,16 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         choices: Choices,
         body: ChatCompletionRequest | CompletionRequest,
     ) -> Response:
-        if len(prompt) >= pair.context_size:
-            raise ApiError(
-                400,
-                f"the {'messages need' if kind == 'chat' else 'prompt needs'} {len(prompt):,} tokens but "
-                f"the context holds {pair.context_size:,}: shorten it, or start tandem serve with a "
-                "larger --ctx",
-                param="messages" if kind == "chat" else "prompt",
-                code="context_length_exceeded",
-            )
         if choices.max_tokens is None:  # not asked for, here or by the server: until the context is full
             choices = replace(choices, max_tokens=pair.context_size)
-        try:
-            choices.validate()
+        config = generation_config(choices, settings.spec)
+        try:  # refused now, not after waiting for the pair: the engine's own checks
+            pair.check_request(prompt, config, speculative=settings.speculative)
+        except ContextOverflowError as exc:
+            param = "messages" if kind == "chat" else "prompt"
+            raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None
         except TandemError as exc:
             raise bad_request(str(exc)) from None
-        config = generation_config(choices, settings.spec)
         try:
             await slot.acquire(_disconnected(request))
         except ClientGone:
@@ -180,8 +174,6 @@ async def _prompt(build: Callable[[], list[int]], param: str) -> list[int]:
     """Render and tokenize off the event loop (a long history takes milliseconds)."""
     try:
         return await run_in_threadpool(build)
-    except ContextOverflowError as exc:
-        raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None
     except TandemError as exc:  # a chat template that fails on these messages, text that is not Unicode
         raise bad_request(str(exc), param=param) from None
 
