@@ -19,8 +19,9 @@ from app.session.choices import Choices
 
 
 class Served:
-    def __init__(self, base_url: str, settings: ServeSettings) -> None:
-        self.base_url = base_url  # http://127.0.0.1:PORT
+    def __init__(self, port: int, settings: ServeSettings) -> None:
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}"
         self.settings = settings
 
     @property
@@ -41,7 +42,7 @@ def serving(pair: ModelPair, **settings: object) -> Iterator[Served]:
     thread.start()
     try:
         assert ready.wait(20), "the server did not start"
-        yield Served(f"http://127.0.0.1:{port}", s)
+        yield Served(port, s)
     finally:
         server.stop()
         thread.join(10)
@@ -55,7 +56,7 @@ def request(
 ) -> tuple[int, Any]:
     """One plain HTTP request (no client library in between): the status and the JSON answer."""
     data = json.dumps(body).encode() if isinstance(body, dict) else body
-    conn = http.client.HTTPConnection("127.0.0.1", int(served.base_url.rsplit(":", 1)[1]), timeout=60)
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
     try:
         hdrs = {"Content-Type": "application/json", **{k.replace("_", "-"): v for k, v in headers.items()}}
         conn.request(method, path, body=data, headers=hdrs)

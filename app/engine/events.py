@@ -75,9 +75,10 @@ class RoundEvent:
     draft_passes: int = 0  # draft-model decode calls (the first batch included)
     # The round's tokens: the accepted drafts, then the target's own (a correction or the bonus).
     tokens: tuple[int, ...] = ()
-    # Of verify_s, what undoing rejected drafts cost beyond a truncate: copying a recurrent
-    # target's state before the batch (checkpoint_s), and restoring states and re-decoding the
-    # kept tokens after it (restore_s, both models). 0 for attention models (see model.py).
+    # Of verify_s, what undoing rejected drafts cost: copying a recurrent target's state before
+    # the batch (checkpoint_s; 0 for attention models), and after a rejection rolling both
+    # models back (restore_s: for a recurrent state its restore and the re-decoding of the kept
+    # tokens, for attention models just the truncate; 0 when nothing was rejected).
     checkpoint_s: float = 0.0
     restore_s: float = 0.0
 

@@ -128,9 +128,7 @@ class LoadedModel:
 
         # A recurrent state (recurrence.py): how many positions llama.cpp itself can roll back
         # (0: Tandem checkpoints instead).
-        self.recurrent = bool(
-            llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model)
-        )
+        self.recurrent = _has_recurrent_state(self._model)
         self.snapshots = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
         self._rollback_room = 0  # positions a snapshot rollback may undo right now
         self._checkpoints: dict[str, _Checkpoint] = {}
@@ -178,7 +176,7 @@ class LoadedModel:
         cparams.n_ubatch = opts.n_batch
         cparams.n_seq_max = 1
         cparams.n_outputs_max = opts.max_outputs
-        if llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model):
+        if _has_recurrent_state(model):
             # Snapshots of the last positions of each batch (llama.cpp clamps this to 0 for the
             # architectures it cannot roll back); they must fit in one micro-batch with the
             # position before them.
@@ -654,6 +652,11 @@ class LoadedModel:
         ):
             # Part of the failed batch stayed in the cache and cannot be dropped: start over.
             self.reset()
+
+
+def _has_recurrent_state(model: object) -> bool:
+    """Whether llama.cpp says the model holds a recurrent state (recurrent or hybrid)."""
+    return bool(llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model))
 
 
 class _Checkpoint:

@@ -77,7 +77,7 @@ _ADD_SERVER = ctypes.CFUNCTYPE(_p, ctypes.c_char_p)
 
 def supported() -> bool:
     """Whether this llama.cpp build has the RPC backend (scripts/install.py builds it in)."""
-    return bool(_reg_by_name(b"RPC"))
+    return bool(llama_cpp.llama_supports_rpc())  # (as scripts/install.py asks it)
 
 
 def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> None:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
-from serve_helpers import request, serving, wait_idle
+from serve_helpers import Served, request, serving, wait_idle
 
 from app.engine import GenerationConfig, ModelPair
 from app.session.collect import collect
@@ -47,10 +47,9 @@ def test_twenty_concurrent_clients_all_get_their_answer(tiny_pair: ModelPair) ->
         wait_idle(served)
 
 
-def _open_stream(served: Any, body: dict[str, Any]) -> socket.socket:
+def _open_stream(served: Served, body: dict[str, Any]) -> socket.socket:
     """A raw HTTP request whose answer we read a little of, then drop (a client that leaves)."""
-    port = int(served.base_url.rsplit(":", 1)[1])
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", served.port))
     data = json.dumps(body).encode()
     s.sendall(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -69,7 +68,7 @@ LONG = {
 }
 
 
-def cancelled(served: Any) -> int:
+def cancelled(served: Served) -> int:
     return int(request(served, "GET", "/health")[1]["answers"].get("cancelled", 0))
 
 
