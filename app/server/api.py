@@ -1,7 +1,7 @@
 """The HTTP routes of `tandem serve` (FastAPI): OpenAI's chat and text completions, the model
 list, and a health check, over one loaded pair.
 
-A request goes: body checked (schema.py) → prompt built and fitted to the context → its turn
+A request goes: body checked (schema.py) → prompt built, then checked by the engine → its turn
 in the queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer.
 """
 
