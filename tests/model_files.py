@@ -374,3 +374,114 @@ def tiny_stateful_model(
     writer.add_layer_norm_rms_eps(1e-5)
     types = list(tok["types"])  # type: ignore[call-overload]
     return _finish_tiny(writer, part, out, tok, tokens, types, w)
+
+
+def tiny_mtp_model(
+    name: str, *, seed: int, n_embd: int = 32, n_layer: int = 4, mtp_noise: float = 0.1
+) -> Path:
+    """A small random-weight Qwen3.5 (arch "qwen35": gated-delta-net layers, every fourth one
+    attention) with one multi-token-prediction ("nextn") block after its trunk, the layout of
+    Qwen3.5/3.6's GGUFs: `block_count` counts the MTP block, `nextn_predict_layers` says how
+    many of the last blocks are MTP blocks.
+
+    Like the other tiny stateful models the layers' outputs are small and the embedding and
+    output head are shared random tables, so the next token is mostly a bigram of the last. The
+    MTP block's input projection (`nextn.eh_proj`, [token embedding ; target hidden] -> n_embd)
+    passes the token's embedding through plus `mtp_noise` times random weights: its guesses
+    agree with the target's often but not always, so drafts are both accepted and rejected.
+    """
+    out = CACHE / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    arch = "qwen35"
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    shared = np.random.default_rng(_SHARED_HEAD_SEED)
+    embd = shared.normal(0, 0.5, (n_vocab, n_embd))
+    head = shared.normal(0, 0.5, (n_vocab, n_embd))
+    rng = np.random.default_rng(seed)
+    out_scale = 0.03
+
+    def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return rng.normal(0, scale * shape[-1] ** -0.5, shape)
+
+    n_ff, n_head, n_head_kv, head_dim = 4 * n_embd, 4, 2, 8
+    d_state, n_group, dt_rank, d_conv = 8, 2, 4, 4  # (heads of the gated delta net: k 2, v 4)
+    key_dim, value_dim = d_state * n_group, d_state * dt_rank
+    interval = 4  # layers 3, 7, ... attend; the others are linear attention
+
+    def attention(p: str) -> dict[str, np.ndarray]:
+        return {
+            p + "attn_q.weight": normal(2 * n_head * head_dim, n_embd),  # query and its gate
+            p + "attn_k.weight": normal(n_head_kv * head_dim, n_embd),
+            p + "attn_v.weight": normal(n_head_kv * head_dim, n_embd),
+            p + "attn_output.weight": normal(n_embd, n_head * head_dim, scale=out_scale),
+            p + "attn_q_norm.weight": np.ones(head_dim),
+            p + "attn_k_norm.weight": np.ones(head_dim),
+        }
+
+    def ffn_and_norms(p: str) -> dict[str, np.ndarray]:
+        return {
+            p + "attn_norm.weight": np.ones(n_embd),
+            p + "post_attention_norm.weight": np.ones(n_embd),
+            p + "ffn_gate.weight": normal(n_ff, n_embd),
+            p + "ffn_up.weight": normal(n_ff, n_embd),
+            p + "ffn_down.weight": normal(n_embd, n_ff, scale=out_scale),
+        }
+
+    w: dict[str, np.ndarray] = {
+        "token_embd.weight": embd,
+        "output.weight": head,
+        "output_norm.weight": np.ones(n_embd),
+    }
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        w.update(ffn_and_norms(p))
+        if (i + 1) % interval == 0:
+            w.update(attention(p))
+        else:
+            w[p + "attn_qkv.weight"] = normal(2 * key_dim + value_dim, n_embd)
+            w[p + "attn_gate.weight"] = normal(value_dim, n_embd)
+            w[p + "ssm_conv1d.weight"] = normal(2 * key_dim + value_dim, d_conv)
+            w[p + "ssm_dt.bias"] = rng.uniform(-4.0, -2.0, dt_rank)
+            w[p + "ssm_a"] = -rng.uniform(1.0, 4.0, dt_rank)
+            w[p + "ssm_beta.weight"] = normal(dt_rank, n_embd)
+            w[p + "ssm_alpha.weight"] = normal(dt_rank, n_embd)
+            w[p + "ssm_norm.weight"] = np.ones(d_state)
+            w[p + "ssm_out.weight"] = normal(n_embd, value_dim, scale=out_scale)
+    p = f"blk.{n_layer}."  # the MTP block: a dense attention block fed by nextn.eh_proj
+    w.update(ffn_and_norms(p))
+    w.update(attention(p))
+    eh = mtp_noise * normal(n_embd, 2 * n_embd)
+    eh[:, :n_embd] += np.eye(n_embd)  # [embedding ; hidden] -> mostly the embedding
+    w[p + "nextn.eh_proj.weight"] = eh
+    w[p + "nextn.enorm.weight"] = np.ones(n_embd)
+    w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
+
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer + 1)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_array(f"{arch}.rope.dimension_sections", [2, 1, 1, 0])
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
+    writer.add_uint32(f"{arch}.ssm.inner_size", value_dim)
+    writer.add_uint32(f"{arch}.ssm.state_size", d_state)
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", dt_rank)
+    writer.add_uint32(f"{arch}.ssm.group_count", n_group)
+    writer.add_uint32(f"{arch}.full_attention_interval", interval)
+    types = list(tok["types"])  # type: ignore[call-overload]
+    return _finish_tiny(writer, part, out, tok, tokens, types, w)

@@ -28,9 +28,10 @@ ADAPTIVE_K_MAX = 12
 FIXED_K = 5
 
 # Who drafts: the draft model, prompt lookup (continue an n-gram found earlier in the context;
-# no model needed), or auto (each round, whichever promises more tokens per second).
-DrafterChoice = Literal["model", "lookup", "auto"]
-DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "auto")
+# no model needed), the target's own multi-token-prediction heads (mtp), or auto (each round,
+# whichever of those the pair has promises more tokens per second).
+DrafterChoice = Literal["model", "lookup", "mtp", "auto"]
+DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "mtp", "auto")
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ class LoadOptions:
     # rpc-server endpoints (HOST:PORT) the target's layers are spread over (rpc.py); the draft
     # always stays local. Empty: everything runs here.
     rpc_servers: tuple[str, ...] = ()
+    # Load a target's built-in draft heads (multi-token prediction, mtp.py) when its GGUF has
+    # them: one more decoder block's weights and a small context. Off: they stay on disk.
+    load_mtp: bool = True
 
     def validate(self) -> None:
         if self.n_ctx < MIN_CONTEXT:

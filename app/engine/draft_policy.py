@@ -103,8 +103,12 @@ class CostModel:
         return self.drafters.setdefault(kind, DraftCosts())
 
     # --- observations -------------------------------------------------------------------
-    def observe_model_draft(self, behind: int, first_s: float, rest_s: float, rest_steps: int) -> None:
-        d = self.of("model")
+    def observe_model_draft(
+        self, behind: int, first_s: float, rest_s: float, rest_steps: int, kind: str = "model"
+    ) -> None:
+        """A round drafted by a model (a draft model, or the target's MTP heads): its first
+        step, which caught up on `behind` tokens, and the steps after it."""
+        d = self.of(kind)
         if rest_steps:
             d.step.add(rest_s / rest_steps)
         if behind <= 2:  # the usual round; a long catch-up is not a typical first step

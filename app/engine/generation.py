@@ -35,8 +35,9 @@ def generate(
 ) -> Iterator[Event]:
     """Run one generation: speculative, or the target alone (speculative=False).
 
-    The draft model is used when config.drafter is "model" or "auto" and one is given;
-    "lookup" (and "auto" without a draft model) drafts from the context instead.
+    The draft model is used when config.drafter is "model" or "auto" and one is given; the
+    target's own draft heads (MTP) when it is "mtp" or "auto" and the target has them;
+    "lookup" (and "auto" without either) drafts from the context instead.
     `costs` carries the measured draft/verify costs of this pair from one generation to the
     next (adaptive drafting starts well informed); a fresh one is used if not given. `lock`:
     held while the generation runs; taken when it starts, refused if another one holds it.
@@ -46,9 +47,10 @@ def generate(
     if not speculative:
         start = StartEvent("baseline", "", 0, False)
         return _drive(target, [target], prompt, config, start, None, n_ctx, rng, cancel, lock)
+    has_own = draft is not None or (target.mtp is not None and config.drafter != "model")
     start = StartEvent(
         "speculative",
-        config.drafter if draft is not None or config.drafter == "lookup" else "lookup",
+        config.drafter if has_own or config.drafter == "lookup" else "lookup",
         config.k_max,
         config.drafts_adaptively,
     )
@@ -73,6 +75,8 @@ def check_request(
         raise TandemError("the prompt is empty")
     if speculative and config.drafter == "model" and draft is None:
         raise TandemError("the model drafter needs a draft model: load one, or use prompt lookup")
+    if speculative and config.drafter == "mtp" and target.mtp is None:
+        raise TandemError(mtp_missing(target))
     if not (speculative and config.drafter in ("model", "auto")):
         draft = None
     n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
@@ -116,6 +120,15 @@ def _drive(
         t0 = time.perf_counter()
         head = list(prompt[:-1])
         reused = target.keep_prefix_of(head)
+        if target.mtp is not None:
+            # The heads take the target's hidden rows as it decodes, when they may draft (a
+            # plain run does not pay for them); they can only go on from tokens whose rows
+            # they got, so the target re-reads whatever it decoded without them.
+            following = scheduler is not None and scheduler.mtp is not None
+            covered = target.mtp.set_following(following)
+            if following and covered < reused:
+                target.truncate(covered, replay=False)
+                reused = len(target.cached)
         target.decode(head[reused:], "none", should_stop=cancelled)
         if len(target.cached) == len(head):
             target.checkpoint("prompt")  # (a recurrent state: regenerating starts from here)
@@ -192,6 +205,24 @@ def _drive(
     finally:
         if lock is not None:
             lock.release()
+
+
+def mtp_missing(target: LoadedModel) -> str:
+    """Why the target has no draft heads to draft with, in one line."""
+    name = target.path.name
+    if target.mtp_layers_in_file == 0:
+        return (
+            f"{name} has no built-in draft heads (multi-token prediction layers): use a draft "
+            "model (--draft) or prompt lookup (--drafter lookup)"
+        )
+    if not target.options.load_mtp:
+        return f"{name}'s draft heads were not loaded: load them to draft with mtp"
+    if target.notes:
+        return f"{name}'s draft heads could not be used: " + "; ".join(target.notes)
+    return (
+        f"this llama.cpp build cannot run {name}'s draft heads: update it "
+        "(python3 scripts/install.py --rebuild)"
+    )
 
 
 def _never() -> bool:

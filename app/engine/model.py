@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import llama_log, rpc
+from . import llama_log, mtp, rpc
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -155,6 +155,13 @@ class LoadedModel:
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
         self._alloc_batch(max(self.n_batch, opts.max_outputs))
+        # The model's own draft heads (mtp.py), when it has them and they were loaded.
+        self.mtp: mtp.MtpHead | None = None
+        if self._mtp_loaded and self._model is not None:
+            try:
+                self.mtp = mtp.MtpHead(self, self._model, opts.n_threads or default_threads())
+            except ModelLoadError as exc:
+                self.notes.append(f"{role}: its draft heads are not used: {exc}")
 
     # ------------------------------------------------------------------ loading
     def _load(self, n_gpu_layers: int) -> None:
@@ -164,6 +171,8 @@ class LoadedModel:
         mparams.use_mmap = opts.use_mmap
         if self._devices is not None:
             mparams.devices = ctypes.addressof(self._devices)
+        self._mtp_loaded = opts.load_mtp and self.mtp_layers_in_file > 0 and mtp.supported()
+        mparams.load_mtp = self._mtp_loaded
         log_mark = llama_log.mark()
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
@@ -250,6 +259,10 @@ class LoadedModel:
             b.seq_id[i][0] = 0
 
     def close(self) -> None:
+        head = getattr(self, "mtp", None)
+        if head is not None:
+            head.close()  # (a context over this model: freed before it)
+            self.mtp = None
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -272,6 +285,17 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def ctx(self) -> int:
+        assert self._ctx is not None
+        return self._ctx
+
+    @property
+    def mtp_layers_in_file(self) -> int:
+        """How many multi-token-prediction blocks the GGUF carries (0: none)."""
+        value = self.info.get(f"{self.info.architecture}.nextn_predict_layers", 0)
+        return int(value) if isinstance(value, int) else 0
 
     @property
     def size_bytes(self) -> int:
@@ -616,6 +640,9 @@ class LoadedModel:
                     )
                 raise GenerationError(f"llama.cpp failed to decode on the {self.role} (code {rc})")
             self.cached.extend(chunk)
+            head = self.mtp
+            if head is not None and head.following:
+                head.on_target_decode(pos0, chunk)
             if self.recurrent:
                 # Snapshots exist for the states after this batch's tokens but its last.
                 self._rollback_room = min(self.snapshots, m - 1)

@@ -26,6 +26,7 @@ from .drafters import Drafter, DrafterKind
 from .drafters.hybrid import HybridDrafter
 from .drafters.lookup import LookupDrafter
 from .drafters.model import ModelDrafter
+from .drafters.mtp import MtpDrafter
 from .events import RoundEvent
 from .model import LoadedModel
 from .round import PLAIN, Plan
@@ -51,13 +52,18 @@ class Scheduler:
             ModelDrafter(draft, config.sampler, rng, config.p_min, cancel) if draft is not None else None
         )
         self.lookup = LookupDrafter(target.n_vocab) if config.drafter in ("lookup", "auto") else None
+        self.mtp = (
+            MtpDrafter(target.mtp, config.sampler, rng, config.p_min, cancel)
+            if target.mtp is not None and config.drafter in ("mtp", "auto")
+            else None
+        )
         self.hybrid = HybridDrafter(self.model, self.lookup) if self.model and self.lookup else None
         self.k_max = config.k_max
         self.policies: dict[DrafterKind, Policy] = {
             kind: AdaptivePolicy(self.k_max, costs, kind)
             if config.drafts_adaptively
             else FixedPolicy(self.k_max)
-            for kind in ("model", "lookup")
+            for kind in ("model", "lookup", "mtp")
         }
         self.rounds_done = 0
         # Recent share of the answer that prompt lookup supplied (decayed token counts): it
@@ -68,7 +74,7 @@ class Scheduler:
 
     @property
     def drafters(self) -> list[Drafter]:
-        return [d for d in (self.model, self.lookup) if d is not None]
+        return [d for d in (self.model, self.lookup, self.mtp) if d is not None]
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> bool:
         """Get every drafter ready for a generation; False if `should_stop` cut that short."""
@@ -94,6 +100,10 @@ class Scheduler:
             use_model = self._model_pays(rate)
             if use_model:
                 options.append((rate, "model", k))
+        if self.mtp is not None:
+            # (It keeps in step with the target as the target decodes: nothing owed.)
+            k, rate = self.policies["mtp"].plan(budget)
+            options.append((rate, "mtp", k))
         tail_k = 0
         if self.lookup is not None:
             # Tokens drafted by lookup must later be caught up on by the draft model.
@@ -111,14 +121,21 @@ class Scheduler:
     ) -> Plan:
         if not options:
             return Plan(self.lookup, 0)
+        kinds = [kind_ for _, kind_, _ in options]
+        unmeasured = [(kind_, k_) for rate, kind_, k_ in options if rate == 0.0 and kind_ != "lookup"]
         if all(rate == 0.0 for rate, _, _ in options):
-            # Fixed K, or costs not measured yet: lookup when it has a match, else the model.
-            kind: DrafterKind = "lookup" if lookup_matched else "model"
+            # Fixed K, or costs not measured yet: lookup when it has a match, else the heads
+            # (a step costs a fraction of a draft model's), else the model.
+            kind: DrafterKind = "lookup" if lookup_matched else "mtp" if "mtp" in kinds else "model"
             k = next(k_ for _, kind_, k_ in options if kind_ == kind)
+        elif unmeasured and len(unmeasured) < len(options) - ("lookup" in kinds):
+            kind, k = unmeasured[0]  # measure it once: its rate is unknown until it drafts
         else:
             _, kind, k = max(options)
         if kind == "lookup":
             return Plan(self.lookup, k)
+        if kind == "mtp":
+            return Plan(self.mtp, k)
         if self.hybrid is not None and tail_k:
             self.hybrid.tail_max = tail_k
             self.hybrid.total_max = min(self.k_max, budget)
@@ -146,12 +163,14 @@ class Scheduler:
                 self.costs.observe_rollback(rnd.checkpoint_s, rnd.restore_s, rnd.accepted < rnd.drafted)
             if rnd.draft_passes:
                 rest_s = rnd.draft_s - rnd.first_draft_s
-                self.costs.observe_model_draft(rnd.caught_up, rnd.first_draft_s, rest_s, rnd.draft_passes - 1)
+                self.costs.observe_model_draft(
+                    rnd.caught_up, rnd.first_draft_s, rest_s, rnd.draft_passes - 1, rnd.drafter or "model"
+                )
         self.rounds_done += 1
         own = rnd.drafted - rnd.looked_up  # the draft model's tokens (a lookup round: 0)
         if plan.k:
-            if plan.drafter is not None and plan.drafter.kind == "model":
-                self.policies["model"].observe(own, min(rnd.accepted, own))
+            if plan.drafter is not None and plan.drafter.kind != "lookup":
+                self.policies[plan.drafter.kind].observe(own, min(rnd.accepted, own))
             if rnd.looked_up and rnd.accepted >= own:
                 self.policies["lookup"].observe(rnd.looked_up, rnd.accepted - own)
         else:  # no evidence this round: let α relax, for the drafters this run has

@@ -8,21 +8,25 @@
 * `ModelDrafter` (model.py): a small draft model, autoregressively.
 * `LookupDrafter` (lookup.py): prompt lookup, continuing an n-gram found earlier in the context.
 * `HybridDrafter` (hybrid.py): the draft model until prompt lookup can finish the draft.
+* `MtpDrafter` (mtp.py): the target's own multi-token-prediction heads.
 
-The next drafters (a model's own multi-token-prediction heads) implement the same protocol;
-which drafter runs a round, and with which K, is the scheduler's business (scheduler.py).
+Which drafter runs a round, and with which K, is the scheduler's business (scheduler.py).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..sampling import Dist
+import numpy as np
+import numpy.typing as npt
+
+from ..sampling import Dist, NonFiniteLogits, SamplerSettings, distribution
 
 # Who drafted a round (events and the cost model use the same names).
-DrafterKind = Literal["model", "lookup"]
+DrafterKind = Literal["model", "lookup", "mtp"]
 
 
 @dataclass(slots=True)
@@ -51,3 +55,30 @@ class Drafter(Protocol):
 
     def accept(self, keep: int) -> None:
         """After verification the target keeps history[:keep]; drop anything beyond it."""
+
+
+def draw(
+    row: npt.NDArray[np.float32], sampler: SamplerSettings, rng: random.Random, p_min: float
+) -> tuple[int, Dist | None] | None:
+    """A drafter's next token from its logits row (and q when sampling), or None when its
+    confidence in its best token is below p-min. When sampling, q is built once for both.
+    Raises NonFiniteLogits for a row holding NaN or infinity."""
+    if sampler.greedy:
+        if p_min > 0.0 and top_prob(row) < p_min:
+            return None
+        best = int(np.argmax(row))
+        if not np.isfinite(row[best]):  # NaN and +inf win an argmax
+            raise NonFiniteLogits("NaN or infinite logits")
+        return best, None
+    q = distribution(row, sampler)
+    if q.max_prob() < p_min:
+        return None
+    return q.sample(rng), q
+
+
+def top_prob(logits: npt.NDArray[np.float32]) -> float:
+    """The confidence in the best token, greedy decoding (plain softmax)."""
+    m = logits.max()
+    if not np.isfinite(m):  # NaN propagates through max; +inf is no probability either
+        raise NonFiniteLogits("NaN or infinite logits")
+    return float(1.0 / np.exp(logits - m).sum())

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from ..model import LoadedModel
-from ..sampling import Dist, NonFiniteLogits, SamplerSettings, distribution
-from . import DrafterKind, Proposal
+from ..sampling import Dist, NonFiniteLogits, SamplerSettings
+from . import DrafterKind, Proposal, draw
 
 
 class ModelDrafter:
@@ -102,19 +102,12 @@ class ModelDrafter:
         return self._draw(logits[0])
 
     def _draw(self, row: np.ndarray) -> tuple[int, Dist | None] | None:
-        """The next draft token (and q when sampling), or None when the draft's confidence in
-        its best token is below p-min. When sampling, q is built once for both."""
+        """The next draft token (and q when sampling), or None when the draft is less than
+        p-min sure of it."""
         try:
-            if self.sampler.greedy:
-                if self.p_min > 0.0 and top_prob(row) < self.p_min:
-                    return None
-                return int(np.argmax(row)), None
-            q = distribution(row, self.sampler)
+            return draw(row, self.sampler, self.rng, self.p_min)
         except NonFiniteLogits:
             raise self.model.non_finite(len(self.model.cached) - 1) from None
-        if q.max_prob() < self.p_min:
-            return None
-        return q.sample(self.rng), q
 
     def behind(self, history: Sequence[int]) -> int:
         """Tokens of history the draft model has not decoded (its next catch-up batch)."""
@@ -124,11 +117,3 @@ class ModelDrafter:
         # It never decoded its own final proposal, so it may hold fewer than `keep` tokens. A
         # recurrent state goes back to its checkpoint: the next catch-up re-decodes the rest.
         self.model.truncate(min(len(self.model.cached), keep), replay=False)
-
-
-def top_prob(logits: np.ndarray) -> float:
-    """The draft's confidence in its best token, greedy decoding (plain softmax)."""
-    m = logits.max()
-    if not np.isfinite(m):  # NaN propagates through max; +inf is no probability either
-        raise NonFiniteLogits("NaN or infinite logits")
-    return float(1.0 / np.exp(logits - m).sum())

@@ -1,0 +1,77 @@
+"""The target's own draft heads (multi-token prediction): no second model.
+
+The heads live in the target's GGUF and run in a small context of their own over the target's
+weights (app/engine/mtp.py keeps it in step with the target). A draft's first step catches up,
+in one batch, on the target's hidden rows for the tokens it accepted since the last draft, and
+guesses the token after the round's last; each further step feeds the head its own hidden
+output in place of the target's. A head step costs one decoder block and the LM head, so a
+draft token is cheap next to a separate draft model's, and nothing has to be loaded twice.
+
+Sampling works as for a draft model: q is the heads' own distribution after the same sampler
+settings as the target's, so the acceptance test keeps the output exactly the target's.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from ..mtp import MtpHead
+from ..sampling import SamplerSettings
+from . import DrafterKind, Proposal, draw
+
+
+class MtpDrafter:
+    kind: DrafterKind = "mtp"
+
+    def __init__(
+        self,
+        head: MtpHead,
+        sampler: SamplerSettings,
+        rng: random.Random,
+        p_min: float,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.head = head
+        self.sampler = sampler
+        self.rng = rng
+        self.p_min = p_min
+        self.cancel = cancel
+
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
+        pass  # (the head followed the target's prefill: see generation.py)
+
+    def draft(self, history: Sequence[int], k: int) -> Proposal:
+        out = Proposal()
+        head = self.head
+        if k <= 0 or not head.ready_for(history):
+            return out
+        t0 = time.perf_counter()
+        try:
+            logits, out.caught_up = head.first_step(history)
+            out.passes = 1
+            pos = len(history)
+            while True:
+                drawn = draw(logits, self.sampler, self.rng, self.p_min)
+                if out.passes == 1:
+                    out.first_s = time.perf_counter() - t0
+                if drawn is None:
+                    break  # the heads are unsure here: a rejection is likely
+                token, q = drawn
+                out.tokens.append(token)
+                out.qs.append(q)
+                if len(out.tokens) >= k or (self.cancel is not None and self.cancel.is_set()):
+                    break
+                if head.target.is_eog(token):
+                    break
+                logits = head.next_step(token, pos)
+                pos += 1
+                out.passes += 1
+        finally:
+            head.end_draft()
+        return out
+
+    def accept(self, keep: int) -> None:
+        self.head.truncate(keep)
