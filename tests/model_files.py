@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -218,12 +219,14 @@ def _finish_tiny(
     tensors: dict[str, np.ndarray],
     *,
     chat_template: bool = True,
+    f16: bool = False,
 ) -> Path:
-    """The part every tiny model shares: F32, SmolLM2's tokenizer (so tiny models pair with each
-    other and with SmolLM2), the tensors; written, then moved into place."""
+    """The part every tiny model shares: F32 (or F16 matrices: `f16`), SmolLM2's tokenizer (so
+    tiny models pair with each other and with SmolLM2), the tensors; written, then moved into
+    place."""
     import gguf
 
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
@@ -236,7 +239,8 @@ def _finish_tiny(
     if chat_template:
         writer.add_chat_template(str(tok["template"]))
     for key, value in tensors.items():
-        writer.add_tensor(key, value.astype(np.float32))
+        matrix = f16 and value.ndim == 2 and "ssm_conv1d" not in key
+        writer.add_tensor(key, value.astype(np.float16 if matrix else np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -376,9 +380,32 @@ def tiny_stateful_model(
     return _finish_tiny(writer, part, out, tok, tokens, types, w)
 
 
-def tiny_mtp_model(
-    name: str, *, seed: int, n_embd: int = 32, n_layer: int = 4, mtp_noise: float = 0.1
-) -> Path:
+@dataclass(frozen=True)
+class QwenShape:
+    """The dimensions of a Qwen3.5-style model (see tiny_mtp_model)."""
+
+    n_embd: int = 32
+    n_layer: int = 4  # the trunk; one MTP block follows
+    n_ff: int = 128
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 8
+    d_state: int = 8  # the gated delta net's head size (keys and values)
+    n_group: int = 2  # its key heads
+    dt_rank: int = 4  # its value heads
+    n_vocab: int = 0  # 0: SmolLM2's 49152; more: padded with unused tokens (a real LM head's size)
+    f16: bool = False
+
+
+# Approximately Qwen3.5-0.8B's and -2B's published shapes (vocabulary 248,320): for measuring
+# what a draft-head step costs next to a target step (scripts/mtp_cost.py).
+QWEN35_SHAPES = {
+    "0.8b": QwenShape(1024, 24, 3584, 8, 2, 256, 128, 16, 16, 248320, True),
+    "2b": QwenShape(2048, 24, 6144, 8, 2, 256, 128, 16, 16, 248320, True),
+}
+
+
+def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_noise: float = 0.1) -> Path:
     """A small random-weight Qwen3.5 (arch "qwen35": gated-delta-net layers, every fourth one
     attention) with one multi-token-prediction ("nextn") block after its trunk, the layout of
     Qwen3.5/3.6's GGUFs: `block_count` counts the MTP block, `nextn_predict_layers` says how
@@ -389,27 +416,36 @@ def tiny_mtp_model(
     MTP block's input projection (`nextn.eh_proj`, [token embedding ; target hidden] -> n_embd)
     passes the token's embedding through plus `mtp_noise` times random weights: its guesses
     agree with the target's often but not always, so drafts are both accepted and rejected.
+    `shape`: other dimensions (QWEN35_SHAPES: real-sized, random weights).
     """
     out = CACHE / f"tiny-{name}.gguf"
     if out.exists():
         return out
     import gguf
 
+    sh = shape or QwenShape()
+    n_embd, n_layer = sh.n_embd, sh.n_layer
     arch = "qwen35"
     tok = _smollm2_tokenizer()
     tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    if sh.n_vocab > len(tokens):
+        extra = sh.n_vocab - len(tokens)
+        tokens += [f"<|unused_{i}|>" for i in range(extra)]
+        types += [gguf.TokenType.UNUSED] * extra
     n_vocab = len(tokens)
     shared = np.random.default_rng(_SHARED_HEAD_SEED)
-    embd = shared.normal(0, 0.5, (n_vocab, n_embd))
-    head = shared.normal(0, 0.5, (n_vocab, n_embd))
+    dtype = np.float16 if sh.f16 else np.float64
+    embd = shared.normal(0, 0.5, (n_vocab, n_embd)).astype(dtype)
+    head = shared.normal(0, 0.5, (n_vocab, n_embd)).astype(dtype)
     rng = np.random.default_rng(seed)
     out_scale = 0.03
 
     def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return rng.normal(0, scale * shape[-1] ** -0.5, shape)
+        return rng.normal(0, scale * shape[-1] ** -0.5, shape).astype(dtype)
 
-    n_ff, n_head, n_head_kv, head_dim = 4 * n_embd, 4, 2, 8
-    d_state, n_group, dt_rank, d_conv = 8, 2, 4, 4  # (heads of the gated delta net: k 2, v 4)
+    n_ff, n_head, n_head_kv, head_dim = sh.n_ff, sh.n_head, sh.n_head_kv, sh.head_dim
+    d_state, n_group, dt_rank, d_conv = sh.d_state, sh.n_group, sh.dt_rank, 4
     key_dim, value_dim = d_state * n_group, d_state * dt_rank
     interval = 4  # layers 3, 7, ... attend; the others are linear attention
 
@@ -456,7 +492,7 @@ def tiny_mtp_model(
     w.update(ffn_and_norms(p))
     w.update(attention(p))
     eh = mtp_noise * normal(n_embd, 2 * n_embd)
-    eh[:, :n_embd] += np.eye(n_embd)  # [embedding ; hidden] -> mostly the embedding
+    eh[:, :n_embd] += np.eye(n_embd, dtype=dtype)  # [embedding ; hidden] -> mostly the embedding
     w[p + "nextn.eh_proj.weight"] = eh
     w[p + "nextn.enorm.weight"] = np.ones(n_embd)
     w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
@@ -473,8 +509,11 @@ def tiny_mtp_model(
     writer.add_head_count_kv(n_head_kv)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_array(f"{arch}.rope.dimension_sections", [2, 1, 1, 0])
+    writer.add_rope_dimension_count(head_dim // 4 if head_dim > 8 else head_dim)
+    sections = (
+        [head_dim // 32 * 3, head_dim // 32 * 3, head_dim // 32 * 2, 0] if head_dim > 8 else [2, 1, 1, 0]
+    )
+    writer.add_array(f"{arch}.rope.dimension_sections", sections)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
@@ -483,5 +522,4 @@ def tiny_mtp_model(
     writer.add_uint32(f"{arch}.ssm.time_step_rank", dt_rank)
     writer.add_uint32(f"{arch}.ssm.group_count", n_group)
     writer.add_uint32(f"{arch}.full_attention_interval", interval)
-    types = list(tok["types"])  # type: ignore[call-overload]
-    return _finish_tiny(writer, part, out, tok, tokens, types, w)
+    return _finish_tiny(writer, part, out, tok, tokens, types, w, f16=sh.f16)
