@@ -118,8 +118,12 @@ def test_choosing_the_mtp_drafter_in_the_settings(dirs: AppDirs) -> None:
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: app.screen is app.chat, 10, "saved")
         await send(pilot, "And another one")
-        messages = [n.message for n in app._notifications]
-        assert any("the model drafter needs a draft model" in m for m in messages), messages
+        await wait_for(
+            pilot,
+            lambda: any("the model drafter needs a draft model" in n.message for n in app._notifications),
+            20,
+            "the notice",
+        )
         assert app.loaded is not None and app.chat.job is None
 
     run_app(app, scenario)
@@ -159,12 +163,17 @@ def test_a_target_without_heads_alone_is_refused_and_the_app_goes_on(dirs: AppDi
         await wait_for(
             pilot, lambda: isinstance(app.screen, PickerScreen), 20, "the picker, after the failure"
         )
-        p = _picker(app)
+        await wait_for(
+            pilot,
+            lambda: any(
+                "has no built-in draft heads" in n.message and "pick a pair with a draft model" in n.message
+                for n in app._notifications
+            ),
+            20,
+            "the notice (notifications arrive as messages)",
+        )
+        p = _picker(app)  # the picker opened in its place, and works
         await wait_for(pilot, lambda: p.listing is not None, 20, "catalog")
-        messages = [n.message for n in app._notifications]
-        assert any(
-            "has no built-in draft heads" in m and "pick a pair with a draft model" in m for m in messages
-        ), messages
         assert app.loaded is None and app.loading is None
 
     run_app(app, scenario)
