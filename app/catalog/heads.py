@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.engine import mtp
 from app.engine.errors import TandemError
 from app.engine.gguf_file import GGUFInfo, read_gguf
 
@@ -41,8 +42,6 @@ def check_heads(path: Path) -> None:
     whose heads this llama.cpp build cannot run."""
     if not has_heads(path):
         raise TandemError(no_heads_message(path))
-    from app.engine import mtp  # (binds llama.cpp symbols: only when a check is asked for)
-
     if not mtp.supported():
         raise TandemError(
             f"this llama.cpp build cannot run {path.name}'s draft heads: update it "
