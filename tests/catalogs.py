@@ -1,4 +1,5 @@
-"""Catalog files for the tests: the pair `tiny` (two tiny real GGUFs served by the fake hub)."""
+"""Catalog files for the tests: the pair `tiny` (two tiny real GGUFs served by the fake hub), and
+`tiny-mtp` (one tiny GGUF that drafts with its own heads)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import model_files
 import pytest
 
 TINY_REPO = "test-org/tiny-GGUF"
@@ -52,3 +54,36 @@ def link_or_copy(src: Path, dest: Path) -> Path:
     except OSError:
         shutil.copyfile(src, dest)
     return dest
+
+
+# A pair drafted by its target's own heads (`draft = "mtp"`): the tiny random Qwen3.5 with one
+# MTP block (model_files.tiny_mtp_model), the only file to fetch.
+MTP_REPO = "test-org/tiny-mtp-GGUF"
+MTP_FILE = "tiny-qwen35-mtp.gguf"
+MTP_CATALOG = f"""
+[[pair]]
+name = "tiny-mtp"
+description = "a tiny random Qwen3.5 drafted by its own MTP heads"
+shines_on = "tests"
+draft = "mtp"
+draft_max = 4
+context = 512
+hybrid = true
+
+[pair.target]
+repo_id = "{MTP_REPO}"
+filename = "{MTP_FILE}"
+"""
+
+# The same pair as the only one, and the default.
+MTP_ONLY_CATALOG = 'include_builtin = false\ndefault = "tiny-mtp"\n' + MTP_CATALOG
+
+
+def mtp_target() -> Path:
+    """The tiny Qwen3.5 with its own draft heads (the engine's tests use the same file)."""
+    return model_files.tiny_mtp_model("qwen35-mtp", seed=7)
+
+
+def no_heads_target() -> Path:
+    """A tiny model with the same tokenizer and no draft heads."""
+    return model_files.tiny_stateful_model("llama-d", "llama", seed=31)

@@ -62,6 +62,8 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
         "tokens_per_round": generated / n_rounds,
         "mean_draft_length": drafted / n_rounds,
         "lookup_share": sum(1 for ev in rounds if ev.drafter == "lookup") / n_rounds,
+        # Rounds drafted by the target's own heads (their draft cost is not in the prediction).
+        "mtp_share": sum(1 for ev in rounds if ev.drafter == "mtp") / n_rounds,
         "c": (costs.c if model_rounds else costs.c_lookup) if rounds else 0.0,
         "v": costs.v(drafted / n_rounds + 1),
         "predicted_speedup": predicted,

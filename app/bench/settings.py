@@ -1,9 +1,9 @@
 """Named drafting configurations to compare: `model:k=5`, `auto`, `lookup`, ...
 
-Each spec is `DRAFTER[:k=K][:p=P]`: DRAFTER is model, lookup or auto; with k=K the draft length
-is fixed at K, without it adaptive drafting picks K each round (up to the run's --draft-max);
-with p=P the draft model stops before a token it is less than P sure of (the run's --p-min
-otherwise).
+Each spec is `DRAFTER[:k=K][:p=P]`: DRAFTER is model, lookup, mtp (the target's own draft
+heads) or auto; with k=K the draft length is fixed at K, without it adaptive drafting picks K
+each round (up to the run's --draft-max); with p=P the drafter stops before a token it is less
+than P sure of (the run's --p-min otherwise).
 """
 
 from __future__ import annotations

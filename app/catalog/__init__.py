@@ -6,15 +6,18 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
     hub.py         resumable, cancellable, checksum-verified downloads with progress
     discovery.py   GGUFs in the HF cache, LM Studio, Ollama and given paths; draft matching
     fit.py         memory needed (weights + KV caches) vs GPU / unified / system memory
+    heads.py       whether a GGUF has its own draft heads (multi-token prediction)
 """
 
 from .discovery import LocalGGUF, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
+from .heads import BUILTIN_DRAFTER_LABEL, check_heads, has_heads, mtp_layers
 from .hub import DownloadCancelled, DownloadError, DownloadProgress, download_file, pull_pair
 from .hub_cache import local_file
 from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog, unconfirmed_note
 
 __all__ = [
+    "BUILTIN_DRAFTER_LABEL",
     "Catalog",
     "CatalogError",
     "DownloadCancelled",
@@ -24,13 +27,16 @@ __all__ = [
     "LocalGGUF",
     "ModelFile",
     "PairSpec",
+    "check_heads",
     "device_memory",
     "discover_ggufs",
     "download_file",
     "drafts_for",
     "files_fit",
+    "has_heads",
     "load_catalog",
     "local_file",
+    "mtp_layers",
     "pair_fit",
     "pull_pair",
     "unconfirmed_note",

@@ -33,6 +33,7 @@ from app.engine.compat import compatibility_problems
 from app.engine.errors import ModelFileError
 from app.engine.gguf_file import GGUFInfo, read_gguf
 
+from .heads import mtp_layers
 from .hub_cache import hub_cache_dir
 from .spec import split_info, split_parts
 
@@ -57,6 +58,8 @@ class LocalGGUF:
     n_vocab: int
     context_length: int | None
     has_chat_template: bool
+    # Multi-token-prediction blocks (heads.py): > 0, the model drafts for itself, alone.
+    mtp_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ def _describe(path: Path, source: str, name: str) -> LocalGGUF:
         n_vocab=len(info.tokens),
         context_length=info.context_length,
         has_chat_template=bool(template),
+        mtp_layers=mtp_layers(info),
     )
 
 

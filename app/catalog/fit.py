@@ -130,7 +130,7 @@ def estimate_pair_bytes(p: PairSpec, n_ctx: int | None = None) -> int | None:
     The catalog's gpu_memory_bytes holds weights + buffers + KV at the pair's context; the KV
     part scales linearly with the context. Without gpu_memory_bytes, a rough allowance."""
     ctx = n_ctx or p.context
-    sizes = [estimate_file_bytes(p.target), estimate_file_bytes(p.draft)]
+    sizes = [estimate_file_bytes(f) for f in p.files]  # (a pair drafted by its own heads: one)
     if p.gpu_memory_bytes <= 0 and None in sizes:
         return None
     weights = sum(s or 0 for s in sizes) if p.gpu_memory_bytes <= 0 else p.total_bytes
@@ -142,12 +142,15 @@ def estimate_pair_bytes(p: PairSpec, n_ctx: int | None = None) -> int | None:
 
 
 def pair_fit(p: PairSpec, n_ctx: int | None = None) -> FitVerdict:
-    """Fit of a catalog pair: measured from the files when both are downloaded, else from the
+    """Fit of a catalog pair: measured from the files when all are downloaded, else from the
     catalog's figures. need_bytes is 0 when neither can tell (a user pair without sizes whose
     file names do not say the parameter count); the verdict is then "fits" by default."""
     ctx = n_ctx or p.context
-    target, draft = local_file(p.target), local_file(p.draft)
-    if target is not None and draft is not None:
+    target = local_file(p.target)
+    if p.draft is None:  # the target's own draft heads: its file is all there is
+        if target is not None:
+            return files_fit(target, None, ctx)
+    elif target is not None and (draft := local_file(p.draft)) is not None:
         return files_fit(target, draft, ctx)
     available, device = device_memory()
     return judge(estimate_pair_bytes(p, ctx) or 0, available, device)

@@ -116,10 +116,11 @@ def pull_pair(
     p: PairSpec,
     on_progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
-) -> tuple[Path, Path]:
-    """Download a pair's target and draft (one free-space check for both, before either)."""
-    target, draft = _ensure([p.target, p.draft], on_progress, cancel)
-    return target, draft
+) -> tuple[Path, Path | None]:
+    """Download a pair's target and draft (one free-space check for both, before either). The
+    draft is None for a pair drafted by the target's own heads (it has one file)."""
+    paths = _ensure(list(p.files), on_progress, cancel)
+    return paths[0], paths[1] if len(paths) > 1 else None
 
 
 def check_free_space(need_bytes: int, folder: Path, what: str, free_bytes: int | None = None) -> None:

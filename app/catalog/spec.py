@@ -1,7 +1,9 @@
 """The pair catalog: models.toml (built in), $TANDEM_CATALOG and --catalog files.
 
 A catalog is a TOML file of `[[pair]]` tables, each naming a target and a draft GGUF on the
-Hugging Face hub plus the settings that suit the pair. User catalogs add pairs to the built-in
+Hugging Face hub plus the settings that suit the pair; a pair whose target carries its own draft
+heads (multi-token prediction layers, Qwen3.5/3.6 and others) says `draft = "mtp"` instead of
+naming a draft file: it has one file to download, and the heads draft. User catalogs add pairs to the built-in
 ones, replace built-in pairs that have the same name, or (with `include_builtin = false`)
 replace the built-in catalog altogether.
 
@@ -31,6 +33,9 @@ else:  # pragma: no cover - Python 3.10
 
 BUILTIN_CATALOG = Path(__file__).resolve().parents[2] / "models.toml"
 CATALOG_ENV = "TANDEM_CATALOG"
+
+# `draft = "mtp"`: the target's own draft heads draft (no draft file).
+BUILTIN_DRAFT = "mtp"
 
 # `name-00001-of-00003.gguf`: llama.cpp's split naming (llama_split_path); the first part is the
 # one handed to llama.cpp, which finds the others next to it.
@@ -78,7 +83,8 @@ class PairSpec:
     description: str
     shines_on: str
     target: ModelFile
-    draft: ModelFile
+    # None: the target drafts for itself with its built-in heads (`draft = "mtp"`).
+    draft: ModelFile | None
     draft_max: int
     p_min: float
     context: int
@@ -88,19 +94,29 @@ class PairSpec:
     hybrid: bool = False
 
     @property
+    def builtin_draft(self) -> bool:
+        """The target drafts with its own multi-token-prediction heads: no draft file."""
+        return self.draft is None
+
+    @property
+    def files(self) -> tuple[ModelFile, ...]:
+        """The files to download: the target, and the draft when the pair has one."""
+        return (self.target,) if self.draft is None else (self.target, self.draft)
+
+    @property
     def total_bytes(self) -> int:
-        """Download size of the target and the draft together."""
-        return self.target.size_bytes + self.draft.size_bytes
+        """Download size of the pair's files (the target and the draft, if any) together."""
+        return sum(f.size_bytes for f in self.files)
 
     @property
     def unconfirmed(self) -> tuple[ModelFile, ...]:
         """The pair's files whose names were not confirmed on the hub."""
-        return tuple(f for f in (self.target, self.draft) if not f.confirmed)
+        return tuple(f for f in self.files if not f.confirmed)
 
 
 def unconfirmed_note(spec: PairSpec, files: tuple[ModelFile, ...] | None = None) -> str:
     """One sentence saying a download may stop with 404 because a file name was never confirmed
-    on the hub; "" when every file (of `files`, by default the pair's two) was confirmed."""
+    on the hub; "" when every file (of `files`, by default the pair's own) was confirmed."""
     doubtful = [f for f in (spec.unconfirmed if files is None else files) if not f.confirmed]
     if not doubtful:
         return ""
@@ -400,7 +416,7 @@ class _Checker:
             description=get.text("description", empty_ok=True),
             shines_on=get.text("shines_on", empty_ok=True),
             target=self.model_file(i, "target", raw, label),
-            draft=self.model_file(i, "draft", raw, label),
+            draft=self.draft_file(i, raw, label),
             draft_max=draft_max,
             p_min=p_min,
             context=get.integer("context", minimum=64),
@@ -408,14 +424,31 @@ class _Checker:
             hybrid=get.boolean("hybrid"),
         )
 
+    def draft_file(self, i: int, pair: dict[str, Any], label: str) -> ModelFile | None:
+        """The [pair.draft] table, or None for `draft = "mtp"` (the target's own heads)."""
+        raw = pair.get("draft")
+        if isinstance(raw, str):
+            if raw.strip().lower() == BUILTIN_DRAFT:
+                return None
+            raise self.fail(
+                self.lines.of(i, None, "draft"),
+                f"{label}field 'draft' must be a [pair.draft] table or \"mtp\" (the target's own "
+                f"draft heads), got {raw!r}",
+            )
+        return self.model_file(i, "draft", pair, label)
+
     def model_file(self, i: int, which: str, pair: dict[str, Any], label: str) -> ModelFile:
         raw = pair.get(which)
         if raw is None:
+            also = ', or draft = "mtp" for a target with its own draft heads' if which == "draft" else ""
             raise self.fail(
-                self.lines.of(i), f"{label}field '{which}' is missing (add a [pair.{which}] table)"
+                self.lines.of(i), f"{label}field '{which}' is missing (add a [pair.{which}] table{also})"
             )
         if not isinstance(raw, dict):
-            raise self.fail(self.lines.of(i, None, which), f"{label}field '{which}' must be a table")
+            also = ' or "mtp" (the target\'s own draft heads)' if which == "draft" else ""
+            raise self.fail(
+                self.lines.of(i, None, which), f"{label}field '{which}' must be a [pair.{which}] table{also}"
+            )
         self.unknown(raw, _FILE_FIELDS, f"{label}{which}: ", lambda k: self.lines.of(i, which, k))
         defaults = dict(_FILE_DEFAULTS)
         if isinstance(raw.get("filename"), str):

@@ -27,7 +27,7 @@ from app.cli.process import peak_rss_bytes
 from app.engine import ModelPair, TandemError
 from app.engine.costs import mean_costs, measure_costs
 from app.session.choices import generation_config, load_options
-from app.session.pairs import resolve_pair
+from app.session.pairs import DraftNeeds, resolve_pair
 from app.session.prompts import pair_notes, text_prompt
 
 
@@ -57,8 +57,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--compare",
         metavar="SPECS",
-        help="settings to compare, comma-separated: model, lookup, auto (adaptive K) or "
-        "model:k=5, lookup:k=8 ... (fixed K), with :p=P for a --p-min (model:p=0.2). "
+        help="settings to compare, comma-separated: model, lookup, mtp (the target's own draft "
+        "heads), auto (adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
+        "(model:p=0.2). "
         "Default: the drafting options given",
     )
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
@@ -77,12 +78,7 @@ def bench(opts: BenchOptions) -> int:
         if not prompts:
             raise TandemError(f"no prompts in the categories {', '.join(opts.categories)}")
     drafters = parse_drafters(opts.compare, opts.choices.drafter)
-    ref = resolve_pair(
-        opts.models,
-        use_draft=any(d != "lookup" for d in drafters),
-        need_draft="model" in drafters,
-        fetch=terminal_fetch(yes=opts.yes),
-    )
+    ref = resolve_pair(opts.models, DraftNeeds.of(drafters), fetch=terminal_fetch(yes=opts.yes))
     base = generation_config(opts.choices, ref.spec)
     settings = parse_settings(opts.compare, base)
     with ModelPair.load(ref.target, ref.draft, load_options(opts.choices, ref.spec)) as pair:

@@ -1,6 +1,7 @@
 """`tandem chat` (and plain `tandem`): start the terminal app.
 
-`tandem chat --target T --draft D` or `tandem chat --pair NAME` opens the chat with that pair;
+`tandem chat --target T --draft D` or `tandem chat --pair NAME` opens the chat with that pair
+(`--target T` alone when T has its own draft heads: multi-token prediction);
 plain `tandem` opens the last pair used, or the pair picker on a first run. --ctx, --gpu-layers
 and --threads override the saved settings for this session only.
 """
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.catalog import has_heads
 from app.cli.fetch import terminal_fetch
 from app.cli.options import ChatOptions, add_model_options, chat_options
 from app.engine import TandemError
-from app.session.pairs import PairRef, resolve_pair
+from app.session.pairs import DraftNeeds, PairRef, resolve_pair
 
 if TYPE_CHECKING:
     from app.ui.app import TandemApp
@@ -44,10 +47,14 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
     request = opts.models
     pair: PairRef | None = None
     if request.pair or request.target or request.draft:
-        if not request.pair and not (request.target and request.draft):
-            raise TandemError("give both --target PATH and --draft PATH (or neither, to pick in the app)")
-        # The app drafts with the pair's draft model: download it too (after asking).
-        pair = resolve_pair(request, use_draft=True, need_draft=True, fetch=terminal_fetch(yes=opts.yes))
+        if not request.pair and not (request.target and (request.draft or _drafts_alone(request.target))):
+            raise TandemError(
+                "give both --target PATH and --draft PATH (or neither, to pick in the app); only a "
+                "target with its own draft heads (multi-token prediction) can come alone"
+            )
+        # The app drafts with the pair's draft model (download it too, after asking), or with
+        # the target's own heads when the pair has no draft model.
+        pair = resolve_pair(request, DraftNeeds(use_draft=True), fetch=terminal_fetch(yes=opts.yes))
     app = TandemApp(pair=pair, **app_options)
     settings = app.settings
     if opts.n_ctx is not None:
@@ -61,3 +68,11 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
     settings.validate()
     app.settings = settings
     return app
+
+
+def _drafts_alone(target: Path) -> bool:
+    """Whether `target` is a readable GGUF with its own draft heads."""
+    try:
+        return has_heads(target.expanduser())
+    except TandemError:
+        return False

@@ -52,7 +52,7 @@ def terminal_fetch(*, yes: bool) -> Fetch:
                     f"not downloading; `tandem pull {spec.name}` fetches the pair when you are ready"
                 )
         try:
-            download_with_progress(spec, need_draft=spec.draft in missing)
+            download_with_progress(spec, need_draft=spec.draft is not None and spec.draft in missing)
         except DownloadCancelled:
             raise TandemError(
                 f"download stopped; what was downloaded is kept: run `tandem pull {spec.name}` to resume"
@@ -62,13 +62,12 @@ def terminal_fetch(*, yes: bool) -> Fetch:
 
 
 def download_with_progress(spec: PairSpec, *, need_draft: bool) -> tuple[Path, Path | None]:
-    """Fetch a pair (or only its target) with progress bars on stderr. Ctrl+C raises
-    DownloadCancelled promptly, keeping what was downloaded for the next attempt."""
+    """Fetch a pair (or only its target; a pair drafted by its target's own heads has nothing
+    else) with progress bars on stderr. Ctrl+C raises DownloadCancelled promptly, keeping what
+    was downloaded for the next attempt."""
     cancel = threading.Event()
     printer = ProgressPrinter()
-    missing = [
-        f for f in ((spec.target, spec.draft) if need_draft else (spec.target,)) if local_file(f) is None
-    ]
+    missing = [f for f in (spec.files if need_draft else (spec.target,)) if local_file(f) is None]
     if missing:
         size = sum(f.size_bytes for f in missing)
         amount = format_bytes(size) if size else "the files"
@@ -76,8 +75,7 @@ def download_with_progress(spec: PairSpec, *, need_draft: bool) -> tuple[Path, P
     try:
         with interrupt_sets(cancel):
             if need_draft:
-                target, draft = pull_pair(spec, printer, cancel)
-                return target, draft
+                return pull_pair(spec, printer, cancel)
             return download_file(spec.target, printer, cancel), None
     finally:
         printer.close()  # never leave a half-drawn bar before an error message

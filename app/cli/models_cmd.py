@@ -47,8 +47,15 @@ def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:
         "n_vocab": m.n_vocab,
         "context_length": m.context_length,
         "has_chat_template": m.has_chat_template,
+        # Multi-token-prediction blocks: > 0, it drafts for itself (--drafter mtp, or auto alone).
+        "mtp_layers": m.mtp_layers,
         "drafts": [str(d.path) for d in drafts],
     }
+
+
+def _drafts_cell(m: LocalGGUF, numbers: list[int]) -> str:
+    """The DRAFTS cell: "built-in" for the model's own heads, then the numbers of the others."""
+    return ", ".join([*(["built-in"] if m.mtp_layers else []), *map(str, numbers)]) or "-"
 
 
 def models(args: ModelsOptions) -> int:
@@ -92,13 +99,19 @@ def models(args: ModelsOptions) -> int:
                 format_params(m.n_params),
                 m.quantization,
                 format_bytes(m.size_bytes),
-                ", ".join(str(index[d.path]) for d in drafts[m.path]) or "-",
+                _drafts_cell(m, [index[d.path] for d in drafts[m.path]]),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     print("\nDRAFTS: models with the same tokenizer and fewer parameters (or fewer bits), smallest first.")
+    heads = [m for m in found if m.mtp_layers]
+    if heads:
+        print(
+            "built-in: the model's own draft heads (multi-token prediction layers): it drafts for "
+            f"itself, e.g. tandem run --target {shlex.quote(str(heads[0].path))} --drafter mtp"
+        )
     if any(state_kind(m.architecture) != "attention" for m in found):
         print(
             "Hybrid and recurrent models work as target and draft: llama.cpp keeps snapshots of the "

@@ -21,11 +21,15 @@ from app.catalog import (
     unconfirmed_note,
 )
 from app.catalog.hub_cache import hub_cache_dir
+from app.catalog.spec import BUILTIN_DRAFT
 from app.catalog.units import format_bytes
 from app.cli.fetch import download_with_progress
 from app.cli.options import PairsOptions, PullOptions, pairs_options, pull_options
 from app.engine import TandemError
 from app.engine.config import MIN_CONTEXT
+
+# The DRAFT column of a pair drafted by the target's own heads.
+BUILTIN_DRAFT_CELL = "built-in (MTP)"
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,8 +37,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "pairs",
         help="list the catalog's model pairs, what is downloaded and what fits",
         description="List the curated target + draft pairs (models.toml, plus --catalog / "
-        "TANDEM_CATALOG files): sizes, whether they are downloaded, and whether they fit in "
-        "this machine's GPU or memory.",
+        "TANDEM_CATALOG files), and targets that draft with their own heads (MTP): sizes, whether "
+        "they are downloaded, and whether they fit in this machine's GPU or memory.",
     )
     p.add_argument("--json", action="store_true", help="print the catalog as JSON")
     p.add_argument("--catalog", metavar="PATH", type=Path, help="also read pairs from this TOML file")
@@ -84,7 +88,9 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
     memory, device = device_memory()
     out: list[dict[str, Any]] = []
     for p in catalog.pairs:
-        target, draft = _file_json(p.target), _file_json(p.draft)
+        target = _file_json(p.target)
+        # A pair drafted by the target's own heads: "draft": "mtp", as the catalog says it.
+        draft: dict[str, Any] | str = _file_json(p.draft) if p.draft is not None else BUILTIN_DRAFT
         out.append(
             {
                 "name": p.name,
@@ -99,7 +105,7 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
                 "gpu_memory_bytes": p.gpu_memory_bytes,
                 "hybrid": p.hybrid,
                 "total_bytes": p.total_bytes,
-                "downloaded": target["downloaded"] and draft["downloaded"],
+                "downloaded": target["downloaded"] and (not isinstance(draft, dict) or draft["downloaded"]),
                 "fit": _fit_json(pair_fit(p, ctx)),
             }
         )
@@ -120,14 +126,15 @@ def _downloaded_label(target: bool, draft: bool) -> str:
     return "no"
 
 
-def _size(p: PairSpec, target: Path | None, draft: Path | None) -> str:
+def _size(p: PairSpec, local: list[tuple[ModelFile, Path | None]]) -> str:
     """The catalog's download size; for a user pair without sizes, what is on disk."""
-    if p.target.size_bytes and p.draft.size_bytes:
+    if all(f.size_bytes for f, _ in local):
         return format_bytes(p.total_bytes)
-    if target is not None and draft is not None:
+    if all(path is not None for _, path in local):
         on_disk = sum(
             path.with_name(part.rsplit("/", 1)[-1]).stat().st_size
-            for f, path in ((p.target, target), (p.draft, draft))
+            for f, path in local
+            if path is not None
             for part in f.parts
         )
         return format_bytes(on_disk)
@@ -163,17 +170,17 @@ def pairs(args: PairsOptions) -> int:
     for p in catalog.pairs:
         fit = pair_fit(p, args.ctx)
         name = p.name + (" *" if p.name == catalog.default else "")
-        target, draft = local_file(p.target), local_file(p.draft)
-        notes = pair_notes(p, tuple(f for f, path in ((p.target, target), (p.draft, draft)) if path is None))
+        local = [(f, local_file(f)) for f in p.files]
+        notes = pair_notes(p, tuple(f for f, path in local if path is None))
         used.update(notes)
-        local = _downloaded_label(target is not None, draft is not None)
+        on_disk = local[0][1] is not None, all(path is not None for _, path in local[1:])
         rows.append(
             (
                 name,
                 p.target.display_name,
-                p.draft.display_name,
-                _size(p, target, draft),
-                local,
+                p.draft.display_name if p.draft is not None else BUILTIN_DRAFT_CELL,
+                _size(p, local),
+                _downloaded_label(*on_disk) if p.draft is not None else ("yes" if on_disk[0] else "no"),
                 f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",
                 ", ".join(notes),
             )
@@ -183,6 +190,11 @@ def pairs(args: PairsOptions) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     ctx_note = f" at {args.ctx} tokens of context" if args.ctx else " at each pair's context"
     print(f"\n* default pair. Fit{ctx_note}, for {device}.")
+    if any(p.draft is None for p in catalog.pairs):
+        print(
+            f"{BUILTIN_DRAFT_CELL}: the target drafts with its own multi-token-prediction heads; "
+            "there is no draft file."
+        )
     for word, meaning in NOTE_MEANINGS.items():
         if word in used:
             print(f"{meaning}.")
@@ -194,23 +206,23 @@ def pairs(args: PairsOptions) -> int:
 def pull(args: PullOptions) -> int:
     catalog = load_catalog(args.catalog)
     spec = catalog.get(args.pair)
-    print(
-        f"pair {spec.name}: target {spec.target.repo_id}/{spec.target.filename}, "
-        f"draft {spec.draft.repo_id}/{spec.draft.filename}",
-        file=sys.stderr,
+    draft = (
+        f"draft {spec.draft.repo_id}/{spec.draft.filename}"
+        if spec.draft is not None
+        else "drafted by its own heads (MTP: no draft file)"
     )
-    missing = tuple(f for f in (spec.target, spec.draft) if local_file(f) is None)
+    print(f"pair {spec.name}: target {spec.target.repo_id}/{spec.target.filename}, {draft}", file=sys.stderr)
+    missing = tuple(f for f in spec.files if local_file(f) is None)
     if note := unconfirmed_note(spec, missing):
         print(f"tandem: note: {note}", file=sys.stderr)
     try:
-        target, draft = download_with_progress(spec, need_draft=True)
+        target, draft_path = download_with_progress(spec, need_draft=spec.draft is not None)
     except DownloadCancelled:
         print(
             f"tandem: download stopped; what was downloaded is kept: run `tandem pull {spec.name}` to resume",
             file=sys.stderr,
         )
         return 130
-    assert draft is not None
-    print(f"target: {target}\ndraft:  {draft}")
+    print(f"target: {target}" + (f"\ndraft:  {draft_path}" if draft_path is not None else ""))
     print(f'ready: tandem run --pair {spec.name} "your prompt"', file=sys.stderr)
     return 0

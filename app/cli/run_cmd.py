@@ -14,7 +14,8 @@ from app.cli.render import TokenWriter, legend, stats_line
 from app.engine import ModelPair, TandemError
 from app.session.choices import generation_config, load_options
 from app.session.collect import collect, outcome_json
-from app.session.pairs import resolve_pair
+from app.session.drafting import no_draft_note
+from app.session.pairs import DraftNeeds, resolve_pair
 from app.session.prompts import pair_notes, text_prompt
 
 
@@ -73,8 +74,7 @@ def run(opts: RunOptions) -> int:
     text = read_prompt(opts.prompt)
     ref = resolve_pair(
         opts.models,
-        use_draft=speculative and choices.drafter != "lookup",
-        need_draft=speculative and choices.drafter == "model",
+        DraftNeeds.of([choices.drafter], speculative=speculative),
         fetch=terminal_fetch(yes=opts.yes),
     )
     cfg = generation_config(choices, ref.spec)
@@ -83,8 +83,8 @@ def run(opts: RunOptions) -> int:
     with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
-        if speculative and pair.draft is None and not opts.json and choices.drafter != "lookup":
-            print("note: no draft model given: drafting with prompt lookup only", file=sys.stderr)
+        if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
+            print(f"note: {drafting}", file=sys.stderr)
         prompt = text_prompt(pair, text, raw=opts.raw, system=opts.system)
         cancel = threading.Event()
         if not opts.json:

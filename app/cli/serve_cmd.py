@@ -11,7 +11,8 @@ from app.cli.fetch import terminal_fetch
 from app.cli.options import ServeOptions, add_generation_options, add_model_options, serve_options
 from app.engine import ModelPair, TandemError
 from app.session.choices import load_options
-from app.session.pairs import PairRef, resolve_pair
+from app.session.drafting import drafted_by
+from app.session.pairs import DraftNeeds, PairRef, resolve_pair
 from app.session.prompts import pair_notes
 
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's, which clients offer first for a local server
@@ -84,8 +85,7 @@ def serve(opts: ServeOptions) -> int:
     speculative = not opts.baseline
     ref = resolve_pair(
         opts.models,
-        use_draft=speculative and choices.drafter != "lookup",
-        need_draft=speculative and choices.drafter == "model",
+        DraftNeeds.of([choices.drafter], speculative=speculative),
         fetch=terminal_fetch(yes=opts.yes),
     )
     sock = bind(opts.host, opts.port)  # before loading: a port in use is found at once
@@ -106,11 +106,7 @@ def serve(opts: ServeOptions) -> int:
             shown = f"[{host}]" if ":" in host else host
 
             def ready() -> None:
-                how = (
-                    f"drafted by {pair.draft.path.name}"
-                    if pair.draft is not None and speculative
-                    else ("the target alone" if not speculative else "drafted by prompt lookup")
-                )
+                how = drafted_by(pair, choices.drafter, speculative=speculative)
                 print(f"tandem serve: {name} ({how}) at http://{shown}:{port}/v1", file=sys.stderr)
                 if not _loopback(opts.host) and not opts.api_key:
                     print(

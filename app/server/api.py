@@ -98,6 +98,10 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             "tandem": {
                 "target": target_name,
                 "draft": draft,
+                # Whether the target's own draft heads (multi-token prediction) are loaded: the
+                # mtp drafter (and auto) draft with them.
+                "draft_heads": pair.target.mtp is not None,
+                "drafter": settings.choices.drafter if settings.speculative else "",
                 "speculative": settings.speculative,
                 "context": pair.context_size,
             },

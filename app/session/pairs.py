@@ -9,11 +9,12 @@ from, whose settings then apply (choices.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.engine.config import DrafterChoice
 from app.engine.errors import TandemError
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PairRef:
-    """A target and (usually) a draft on disk, and the catalog pair they came from, if any."""
+    """A target and (usually) a draft on disk, and the catalog pair they came from, if any. No
+    draft: the target drafts alone (its own draft heads, or prompt lookup)."""
 
     target: Path
     draft: Path | None
@@ -63,14 +65,15 @@ class PairRef:
 
     @classmethod
     def from_json(cls, d: Any) -> PairRef | None:
-        """A pair the app saved (always a target and a draft); None for anything else. The
-        catalog entry is looked up again by `with_catalog_entry`."""
+        """A pair the app saved (a target, and a draft unless the target drafts with its own
+        heads: ""); None for anything else. The catalog entry is looked up again by
+        `with_catalog_entry`."""
         if not isinstance(d, dict):
             return None
         target, draft, name = d.get("target"), d.get("draft"), d.get("name")
-        if not (isinstance(target, str) and target and isinstance(draft, str) and draft):
+        if not (isinstance(target, str) and target and isinstance(draft, str)):
             return None
-        return cls(Path(target), Path(draft), name if isinstance(name, str) else "")
+        return cls(Path(target), Path(draft) if draft else None, name if isinstance(name, str) else "")
 
     def with_catalog_entry(self, catalog_path: Path | None = None) -> PairRef:
         """The same files with their catalog entry (its settings), when the name is still in
@@ -105,39 +108,73 @@ class PairRequest:
 Fetch = Callable[["PairSpec", Sequence["ModelFile"]], None]
 
 
-def resolve_pair(request: PairRequest, *, use_draft: bool, need_draft: bool, fetch: Fetch) -> PairRef:
-    """The files to load for `request`.
+@dataclass(frozen=True)
+class DraftNeeds:
+    """What a generation's drafting asks of the models, known before any is loaded."""
 
-    `use_draft`: the generation would use a draft model if there is one (a pair then brings
-    its draft); `need_draft`: it cannot run without one (the model drafter)."""
+    use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
+    need_draft: bool = False  # it cannot run without one (the model drafter)
+    need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
+
+    @classmethod
+    def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
+        """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
+        kinds = set(drafters) if speculative else set()
+        return cls(
+            use_draft=bool(kinds & {"model", "auto"}),
+            need_draft="model" in kinds,
+            need_heads="mtp" in kinds,
+        )
+
+
+def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch) -> PairRef:
+    """The files to load for `request`, refused with one line (before anything is loaded)
+    when they cannot draft as `needs` says: the model drafter without a draft model, the mtp
+    drafter with a target that has no draft heads."""
     if request.pair:
         if request.target or request.draft:
             raise TandemError("use either --pair NAME or --target/--draft, not both")
-        return _catalog_pair(request, use_draft or need_draft, fetch)
+        ref = _catalog_pair(request, needs, fetch)
+    else:
+        ref = _file_pair(request, needs)
+    if needs.need_heads:
+        from app.catalog import check_heads
+
+        check_heads(ref.target)
+    return ref
+
+
+def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
     if request.target is None:
         raise TandemError(
             "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
         )
-    if need_draft and request.draft is None:
+    if needs.need_draft and request.draft is None:
         raise TandemError(
             "the model drafter needs a draft model: add --draft PATH, or draft from the context "
             "with --drafter lookup (or run the target alone with --baseline)"
         )
-    draft = request.draft.expanduser() if request.draft is not None and use_draft else None
+    draft = request.draft.expanduser() if request.draft is not None and needs.use_draft else None
     return PairRef(request.target.expanduser(), draft)
 
 
-def _catalog_pair(request: PairRequest, with_draft: bool, fetch: Fetch) -> PairRef:
+def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:
     from app.catalog import load_catalog, local_file
 
     assert request.pair is not None
     spec = load_catalog(request.catalog).get(request.pair)
-    files = [spec.target, spec.draft] if with_draft else [spec.target]
+    if needs.need_draft and spec.draft is None:
+        raise TandemError(
+            f"pair {spec.name} has no draft model (its target drafts with its own heads): use "
+            "--drafter mtp, auto or lookup"
+        )
+    with_draft = spec.draft is not None and (needs.use_draft or needs.need_draft)
+    files = list(spec.files) if with_draft else [spec.target]
     missing = [f for f in files if local_file(f) is None]
     if missing:
         fetch(spec, missing)
     target = local_file(spec.target)
-    draft = local_file(spec.draft) if with_draft else None
+    draft = local_file(spec.draft) if with_draft and spec.draft is not None else None
     if target is None or (with_draft and draft is None):
         raise TandemError(f"pair {spec.name} is still incomplete in the Hugging Face cache")
     return PairRef.from_catalog(spec, target, draft)

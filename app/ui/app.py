@@ -21,6 +21,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from app.catalog import BUILTIN_DRAFTER_LABEL, has_heads
 from app.catalog.units import format_bytes
 from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, read_gguf
 from app.session.pairs import PairRef
@@ -98,7 +99,7 @@ class TandemApp(App[None]):
         pair's own settings apply as when it was picked)."""
         state = read_json(self.dirs.state_file)
         ref = PairRef.from_json(state.get("last_pair")) if isinstance(state, dict) else None
-        if ref is not None and ref.target.is_file() and ref.draft is not None and ref.draft.is_file():
+        if ref is not None and ref.target.is_file() and (ref.draft is None or ref.draft.is_file()):
             return ref.with_catalog_entry()
         return None
 
@@ -139,9 +140,14 @@ class TandemApp(App[None]):
         try:
             # Cheap checks first (headers and tokenizers, no weights): a wrong choice keeps
             # the current pair loaded.
-            if ref.draft is None:
-                raise TandemError("the app needs a draft model: pick a pair with a draft")
-            check_pair(read_gguf(ref.target), read_gguf(ref.draft))
+            if ref.draft is None:  # the target must draft with its own heads (MTP)
+                if not has_heads(ref.target):
+                    raise TandemError(
+                        f"{ref.target.name} has no built-in draft heads (multi-token prediction "
+                        "layers): pick a pair with a draft model"
+                    )
+            else:
+                check_pair(read_gguf(ref.target), read_gguf(ref.draft))
         except Exception as exc:  # (anything else too: the app must leave its loading state)
             self.post_message(PairLoadFailed(ref, failure_text(exc), old))
             return
@@ -170,6 +176,8 @@ class TandemApp(App[None]):
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
+        elif pair.target.mtp is not None:
+            sizes += f", {BUILTIN_DRAFTER_LABEL}: its own draft heads"
         self.chat.pair_loaded_note(
             f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."
             + "".join(f" Note: {n}." for n in pair_notes(pair, raw_hint=False))  # the app has no --raw

@@ -26,8 +26,9 @@ class LiveStats:
     accepted: int = 0
     generated: int = 0
     k: int = 0
-    drafter: str = ""  # who drafted the last round: "model", "lookup" or "" (no draft)
+    drafter: str = ""  # who drafted the last round: "model", "lookup", "mtp" or "" (no draft)
     lookup_rounds: int = 0
+    mtp_rounds: int = 0  # drafted by the target's own heads
     per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
     final: GenerationStats | None = None
 
@@ -40,6 +41,7 @@ class LiveStats:
             self.k = ev.k
             self.drafter = ev.drafter
             self.lookup_rounds += ev.drafter == "lookup"
+            self.mtp_rounds += ev.drafter == "mtp"
             self.t_last = t
             self.per_round.append(float(ev.emitted))
         elif isinstance(ev, PrefillEvent):

@@ -82,7 +82,10 @@ class DownloadUpdate(Message):
 
 
 class DownloadFinished(Message):
-    def __init__(self, download: PairDownload, paths: tuple[Path, Path] | None, error: str = "") -> None:
+    def __init__(
+        self, download: PairDownload, paths: tuple[Path, Path | None] | None, error: str = ""
+    ) -> None:
+        """`paths`: the target's and the draft's (None: the target drafts with its own heads)."""
         super().__init__()
         self.download = download
         self.paths = paths

@@ -2,8 +2,8 @@
 
 * `catalog_rows()`: every catalog pair with its download state and memory verdict.
 * `hub_reachable()`: whether the Hugging Face hub answers at all (first run without network).
-* `PairDownload`: progress of a pair's two models (all parts of split files) from the catalog's
-  per-file callbacks.
+* `PairDownload`: progress of a pair's models (all parts of split files) from the catalog's
+  per-file callbacks: two, or one for a target that drafts with its own heads (MTP).
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ PROBE_TIMEOUT_S = 4.0
 class CatalogRow:
     spec: PairSpec
     target_path: Path | None  # complete in the HF cache
-    draft_path: Path | None
+    draft_path: Path | None  # (None also for a pair drafted by its target's own heads)
     fit: FitVerdict | None
 
     @property
     def downloaded(self) -> bool:
-        return self.target_path is not None and self.draft_path is not None
+        return self.target_path is not None and (self.draft_path is not None or self.spec.draft is None)
 
     @property
     def state(self) -> str:
@@ -59,17 +59,12 @@ class CatalogRow:
     @property
     def missing(self) -> tuple[ModelFile, ...]:
         """The pair's files not (completely) in the cache yet."""
-        return tuple(
-            f
-            for f, path in ((self.spec.target, self.target_path), (self.spec.draft, self.draft_path))
-            if not path
-        )
+        paths = (self.target_path, self.draft_path)
+        return tuple(f for f, path in zip(self.spec.files, paths, strict=False) if not path)
 
     @property
     def missing_bytes(self) -> int:
-        return (0 if self.target_path else self.spec.target.size_bytes) + (
-            0 if self.draft_path else self.spec.draft.size_bytes
-        )
+        return sum(f.size_bytes for f in self.missing)
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,8 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
             fit: FitVerdict | None = pair_fit(spec, n_ctx)
         except (TandemError, OSError):
             fit = None
-        rows.append(CatalogRow(spec, local_file(spec.target), local_file(spec.draft), fit))
+        draft = local_file(spec.draft) if spec.draft is not None else None
+        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit))
     return CatalogListing(catalog, rows)
 
 
@@ -114,6 +110,11 @@ def hub_reachable() -> tuple[bool, str]:
 class DiskModel:
     gguf: LocalGGUF
     drafts: tuple[LocalGGUF, ...]  # the models on disk that can draft for this one
+
+    @property
+    def drafts_alone(self) -> bool:
+        """It has its own draft heads (multi-token prediction): it can be loaded alone."""
+        return self.gguf.mtp_layers > 0
 
 
 def disk_models() -> list[DiskModel]:
@@ -156,6 +157,8 @@ class PairDownload:
 
     def progress(self, role: str) -> FileProgress:
         f = self.spec.target if role == "target" else self.spec.draft
+        if f is None:  # a pair drafted by its target's own heads: no draft file to fetch
+            return FileProgress(done=True)
         mine = [p for r, p in self.parts.values() if r == role]
         out = FileProgress()
         out.done_bytes = sum(p.downloaded for p in mine)

@@ -46,7 +46,8 @@ class Settings:
     draft_max: int | None = None
     adaptive: bool = True
     # Who drafts: the draft model, prompt lookup (continue text found earlier in the context),
-    # or auto: each round whichever promises more tokens per second.
+    # the target's own draft heads (mtp), or auto: each round whichever of those the pair has
+    # promises more tokens per second.
     drafter: DrafterChoice = GenerationConfig.drafter
     # Sampling: temperature 0 is greedy decoding (the output is then exactly reproducible).
     temperature: float = _SAMPLER.temperature

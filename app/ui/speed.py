@@ -87,8 +87,7 @@ class SpeedStore:
 def calibrate(pair: ModelPair, reps: int = CALIBRATION_REPS, *, greedy: bool = True) -> SpeedReference:
     """Estimate the target's speed alone from timed single steps, taken as the chat will take
     them (`greedy`: the argmax in llama.cpp's graph). Call with the pair's lock held: it decodes
-    on both models (their caches are left consistent)."""
-    assert pair.draft is not None
+    on both models (their caches are left consistent; a pair without a draft model: the target)."""
     tokens = pair.raw_prompt(_CALIBRATION_TEXT)
     context = (tokens * (1 + CALIBRATION_CONTEXT // max(1, len(tokens))))[:CALIBRATION_CONTEXT]
     costs = measure_costs(pair.target, pair.draft, context, [2], reps=reps, greedy=greedy)

@@ -22,10 +22,10 @@ def test_builtin_catalog_is_complete(hf_env: Path):
         assert p.description and p.shines_on, p.name
         assert 1 <= p.draft_max <= 32 and 0 <= p.p_min < 1 and p.context >= 2048, p.name
         assert p.gpu_memory_bytes > p.total_bytes > 0, p.name
-        for f in (p.target, p.draft):
+        for f in p.files:
             assert "/" in f.repo_id and f.filename.endswith(".gguf") and f.size_bytes > 0, p.name
             assert f.quantization != "unknown" and f.license and isinstance(f.gated, bool), p.name
-        assert p.draft.size_bytes < p.target.size_bytes, p.name
+        assert p.draft is None or p.draft.size_bytes < p.target.size_bytes, p.name
     # From about 2 GB to the 70B class, one of them split across files.
     sizes = sorted(p.total_bytes for p in catalog.pairs)
     assert sizes[0] < 3e9 and sizes[-1] > 40e9
@@ -33,6 +33,7 @@ def test_builtin_catalog_is_complete(hf_env: Path):
     assert split and all(f.endswith(".gguf") for f in split[0].target.parts)
     # A reasoning distill is drafted by its own distilled sibling, never a stock model.
     r1 = catalog.get("r1-distill-32b")
+    assert r1.draft is not None
     assert "R1-Distill" in r1.target.repo_id and "R1-Distill" in r1.draft.repo_id
 
 
@@ -47,6 +48,7 @@ def test_builtin_catalog_current_pairs(hf_env: Path):
     )
     assert (q32.target.filename, q32.target.size_bytes) == ("Qwen3-32B-Q4_K_M.gguf", 19_762_149_024)
     for p in (q14, q32, catalog.get("qwen3-8b")):
+        assert p.draft is not None
         assert (p.draft.repo_id, p.draft.filename, p.draft.size_bytes) == (
             "Qwen/Qwen3-0.6B-GGUF",
             "Qwen3-0.6B-Q8_0.gguf",
@@ -54,21 +56,37 @@ def test_builtin_catalog_current_pairs(hf_env: Path):
         )
     # Converters differ in special-token ids: Gemma's draft comes from the target's publisher.
     gemma = catalog.get("gemma3-12b")
+    assert gemma.draft is not None
     assert gemma.draft.repo_id == "ggml-org/gemma-3-1b-it-GGUF" and gemma.draft.size_bytes == 806_058_240
     assert gemma.target.repo_id.split("/")[0] == gemma.draft.repo_id.split("/")[0]
-    # A hybrid pair, flagged, drafted by a small model of its own family and publisher.
+    # Hybrid pairs, flagged: one drafted by a small model of its own family and publisher, one by
+    # its target's own draft heads.
     hybrid = [p for p in catalog.pairs if p.hybrid]
-    assert [p.name for p in hybrid] == ["qwen3.5-27b"]
-    (h,) = hybrid
+    assert [p.name for p in hybrid] == ["qwen3.5-27b", "qwen3.6-27b-mtp"]
+    h = hybrid[0]
+    assert h.draft is not None
     assert h.target.repo_id.split("/")[0] == h.draft.repo_id.split("/")[0]
     assert "Qwen3.5" in h.target.filename and "Qwen3.5-0.8B" in h.draft.filename
     # A 1.5B target drafted by 0.5B is a CPU pair, and says so.
     assert "CPU" in catalog.get("qwen2.5-coder-1.5b").description
-    # docs/catalog.md says where each shipped file name was confirmed.
+    # docs/catalog.md says where each shipped file name was confirmed (an unconfirmed one was not).
     docs = (BUILTIN_CATALOG.parent / "docs" / "catalog.md").read_text()
     for p in catalog.pairs:
-        for f in (p.target, p.draft):
-            assert f"`{f.repo_id}/{f.filename}`" in docs, (p.name, f.filename)
+        for f in p.files:
+            assert not f.confirmed or f"`{f.repo_id}/{f.filename}`" in docs, (p.name, f.filename)
+
+
+def test_builtin_pair_drafted_by_its_own_heads(hf_env: Path):
+    """A Qwen3.6 27B GGUF that kept its MTP block: one file, no draft model, said honestly."""
+    p = load_catalog().get("qwen3.6-27b-mtp")
+    assert p.draft is None and p.builtin_draft and p.files == (p.target,)
+    assert "Qwen3.6-27B" in p.target.filename and "mtp" in p.target.filename.lower()
+    assert p.hybrid and "own MTP heads" in p.description
+    # Its file name was never seen in the hub's listing: marked, and warned about before a download.
+    assert not p.target.confirmed and p.unconfirmed == (p.target,)
+    assert p.target.repo_id in unconfirmed_note(p)
+    # Memory: the target and its KV cache, nothing for a draft.
+    assert p.total_bytes == p.target.size_bytes < p.gpu_memory_bytes < p.target.size_bytes * 1.2
 
 
 def test_builtin_catalog_is_checked_strictly(tmp_path: Path):
@@ -251,3 +269,38 @@ def test_split_part_names_and_quantization_from_file_names():
     assert quantization_from_name("SmolLM2-135M-Instruct.F16.gguf") == "F16"
     assert quantization_from_name("gemma-3-1b-it-UD-IQ2_XXS.gguf") == "IQ2_XXS"
     assert quantization_from_name("model.gguf") == "unknown"
+
+
+def test_a_pair_drafted_by_its_target_s_heads(hf_env: Path, tmp_path: Path):
+    """`draft = "mtp"` instead of a [pair.draft] table: nothing to download for a draft."""
+    from catalogs import MTP_CATALOG
+
+    spec = load_catalog(_write(tmp_path, MTP_CATALOG)).get("tiny-mtp")
+    assert spec.draft is None and spec.builtin_draft and spec.files == (spec.target,)
+    assert spec.total_bytes == spec.target.size_bytes and spec.unconfirmed == ()
+    tiny = load_catalog(_write(tmp_path, TINY_CATALOG)).get("tiny")
+    assert not tiny.builtin_draft and tiny.files == (tiny.target, tiny.draft)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('"eagle"', "field 'draft' must be a [pair.draft] table or \"mtp\" (the target's own draft heads), "
+         "got 'eagle'"),
+        ("3", "field 'draft' must be a [pair.draft] table or \"mtp\" (the target's own draft heads)"),
+        ("true", "field 'draft' must be a [pair.draft] table or \"mtp\""),
+    ],
+)  # fmt: skip
+def test_a_draft_that_is_neither_a_table_nor_mtp_is_one_line_naming_the_pair(
+    hf_env: Path, tmp_path: Path, value: str, expected: str
+):
+    from catalogs import MTP_CATALOG
+
+    text = MTP_CATALOG.replace('draft = "mtp"', f"draft = {value}")
+    line = text.splitlines().index(f"draft = {value}") + 1
+    msg = _error(tmp_path, text)
+    assert msg.startswith(f"{tmp_path / 'bad.toml'}:{line}: pair 'tiny-mtp': {expected}")
+    assert "\n" not in msg
+    # No draft at all: the message says both ways of giving one.
+    missing = _error(tmp_path, MTP_CATALOG.replace('draft = "mtp"\n', ""))
+    assert "field 'draft' is missing (add a [pair.draft] table, or draft = \"mtp\"" in missing

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from catalogs import TINY_CATALOG
+from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, TINY_CATALOG, install_catalog, mtp_target
 from hub_server import FakeHub
 
 from app.catalog import load_catalog
@@ -42,14 +42,18 @@ def test_pairs_json_lists_every_pair_with_repos_and_files(hf_env: Path, capsys: 
     for entry, spec in zip(out["pairs"], catalog.pairs, strict=True):
         assert entry["target"]["repo_id"] == spec.target.repo_id
         assert entry["target"]["filename"] == spec.target.filename
-        assert entry["draft"]["repo_id"] == spec.draft.repo_id
-        assert entry["draft"]["filename"] == spec.draft.filename
         assert entry["downloaded"] is False and entry["total_bytes"] == spec.total_bytes
         assert entry["fit"]["verdict"] in ("fits", "tight", "won't fit")
         assert entry["hybrid"] is spec.hybrid
         assert entry["target"]["confirmed"] is spec.target.confirmed
+        if spec.draft is None:  # drafted by the target's own heads, as the catalog says it
+            assert entry["draft"] == "mtp"
+            continue
+        assert entry["draft"]["repo_id"] == spec.draft.repo_id
+        assert entry["draft"]["filename"] == spec.draft.filename
         assert entry["draft"]["confirmed"] is spec.draft.confirmed
-    assert [p["name"] for p in out["pairs"] if p["hybrid"]] == ["qwen3.5-27b"]
+    assert [p["name"] for p in out["pairs"] if p["hybrid"]] == ["qwen3.5-27b", "qwen3.6-27b-mtp"]
+    assert [p["name"] for p in out["pairs"] if p["draft"] == "mtp"] == ["qwen3.6-27b-mtp"]
     split = next(p for p in out["pairs"] if len(p["target"]["parts"]) > 1)
     assert split["target"]["parts"][0] == split["target"]["filename"]
 
@@ -68,7 +72,12 @@ def test_pairs_table(hf_env: Path, capsys: pytest.CaptureFixture[str], monkeypat
     assert hybrid.endswith("  hybrid")
     assert not [line for line in lines if line.startswith("llama3.1-8b") and "hybrid" in line]
     assert "hybrid: attention mixed with recurrent layers" in out
-    assert "unconfirmed" not in out  # every built-in file name was confirmed
+    # The pair drafted by its target's own heads: no draft file, and its file name is a guess.
+    (mtp,) = [line for line in lines if line.startswith("qwen3.6-27b-mtp ")]
+    assert "  built-in (MTP)  " in mtp and mtp.endswith("  hybrid, unconfirmed")
+    assert "built-in (MTP): the target drafts with its own multi-token-prediction heads" in out
+    table = lines[: lines.index("")]
+    assert [line for line in table if "unconfirmed" in line] == [mtp]  # every other name was confirmed
 
 
 UNCONFIRMED_DRAFT = 'filename = "tiny-a-draft.gguf"\nconfirmed = false'
@@ -225,3 +234,46 @@ def test_bench_with_a_pair_uses_its_draft_and_settings(
     assert '"draft_max": 4' in text  # the pair's draft_max (4), not the default 12
     assert "tiny-a-draft.gguf" in text  # the pair's draft model was loaded
     capsys.readouterr()
+
+
+def test_a_pair_drafted_by_its_own_heads_pulls_one_file_and_runs_with_them(
+    hub: FakeHub,
+    tmp_path: Path,
+    hf_env: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """`draft = "mtp"`: `tandem pairs` says built-in, `pull` fetches the target alone, and the
+    runs draft with its heads (the model drafter, which needs a draft file, is refused)."""
+    hub.add(MTP_REPO, MTP_FILE, mtp_target())
+    install_catalog(tmp_path, MTP_CATALOG, monkeypatch)
+    assert main(["pairs"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny-mtp ")]
+    assert "  built-in (MTP)  " in row and "  no  " in row
+
+    assert main(["pull", "tiny-mtp"]) == 0
+    out, err = capsys.readouterr()
+    assert "drafted by its own heads (MTP: no draft file)" in err
+    (line,) = out.splitlines()  # the target, and no draft line
+    target = Path(line.removeprefix("target: "))
+    assert target.name == MTP_FILE and hub.gets(MTP_FILE)
+
+    assert main(["pairs", "--json"]) == 0
+    (entry,) = [p for p in json.loads(capsys.readouterr().out)["pairs"] if p["name"] == "tiny-mtp"]
+    assert entry["draft"] == "mtp" and entry["downloaded"] is True
+    assert entry["total_bytes"] == 0 and entry["fit"]["need_bytes"] > target.stat().st_size  # + KV
+
+    args = ["run", "--pair", "tiny-mtp", "--json", "-n", "24", "--threads", "1", "Tell me about the sea"]
+    assert main([*args, "--drafter", "mtp"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["drafter"] == "mtp" and result["stats"]["drafter"] == "mtp"
+    assert result["config"]["draft_max"] == 4  # the pair's
+    assert result["stats"]["drafted"] > 0 and result["memory"]["model_file_bytes"] == target.stat().st_size
+    assert "draft" in {t["origin"] for t in result["tokens"]}
+
+    assert main([*args, "--drafter", "model"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "tandem: error: pair tiny-mtp has no draft model (its target drafts with its own heads): "
+        "use --drafter mtp, auto or lookup"
+    )

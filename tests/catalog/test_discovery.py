@@ -153,3 +153,15 @@ def test_lm_studio_home_pointer_and_settings(hf_env: Path, tmp_path: Path, monke
 def test_nothing_found_on_an_empty_machine(hf_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
     assert discover_ggufs() == []
+
+
+def test_a_model_with_its_own_draft_heads_says_so(hf_env: Path):
+    from catalogs import mtp_target, no_heads_target
+
+    from app.catalog import has_heads
+
+    heads, plain = discover_ggufs([mtp_target(), no_heads_target()])
+    if heads.path != mtp_target():
+        heads, plain = plain, heads
+    assert heads.mtp_layers == 1 and heads.architecture == "qwen35" and plain.mtp_layers == 0
+    assert has_heads(mtp_target()) and not has_heads(no_heads_target())

@@ -98,3 +98,19 @@ def test_user_pair_without_sizes_is_estimated_from_file_names(hf_env: Path, monk
         "x", "", "", f("a/b", "model.gguf", "unknown"), f("a/b", "small.gguf", "Q8_0"), 12, 0.0, 4096, 0
     )
     assert estimate_pair_bytes(anonymous) is None and pair_fit(anonymous).need_bytes == 0
+
+
+def test_a_pair_drafted_by_its_own_heads_needs_the_target_and_its_kv_only(
+    hf_env: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from app.catalog import ModelFile, PairSpec
+
+    monkeypatch.setenv("TANDEM_MEMORY", "64G")
+    builtin = load_catalog().get("qwen3.6-27b-mtp")
+    assert estimate_pair_bytes(builtin) == builtin.gpu_memory_bytes == pair_fit(builtin).need_bytes
+    # A user pair without sizes: estimated from the target's name alone.
+    target = ModelFile("a/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q4_K_M-mtp.gguf", 0, "Q4_K_M", "", False)
+    mine = PairSpec("mine", "", "", target, None, 4, 0.0, 4096, 0)
+    weights = int(27e9 * 4.9 / 8)
+    need = estimate_pair_bytes(mine)
+    assert need is not None and weights < need < 1.3 * weights + 2**30

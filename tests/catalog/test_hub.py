@@ -229,3 +229,15 @@ def test_pull_pair_downloads_target_and_draft(tiny_hub: FakeHub, tiny_files: tup
     target, draft = pull_pair(spec, events.append)
     assert sha256(target) == sha256(tiny_files[0]) and sha256(draft) == sha256(tiny_files[1])
     assert [e.filename for e in events if e.done] == ["tiny-a.gguf", "tiny-a-draft.gguf"]
+
+
+def test_pull_pair_drafted_by_its_own_heads_downloads_the_target_alone(
+    tiny_hub: FakeHub, tiny_files: tuple[Path, Path]
+):
+    spec = PairSpec("tiny-mtp", "", "", model("tiny-a.gguf"), None, 4, 0.0, 512, 0)
+    events: list[DownloadProgress] = []
+    target, draft = pull_pair(spec, events.append)
+    assert sha256(target) == sha256(tiny_files[0]) and draft is None
+    assert [e.filename for e in events if e.done] == ["tiny-a.gguf"] and not tiny_hub.gets(
+        "tiny-a-draft.gguf"
+    )

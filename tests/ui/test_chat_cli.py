@@ -47,6 +47,20 @@ def test_chat_needs_both_files(started: list[TandemApp], capsys: pytest.CaptureF
     assert not started
 
 
+def test_chat_with_a_target_that_has_its_own_draft_heads_needs_no_draft(
+    started: list[TandemApp], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from catalogs import mtp_target, no_heads_target
+
+    assert main(["chat", "--target", str(mtp_target())]) == 0
+    [app] = started
+    assert app.initial_pair is not None and app.initial_pair.draft is None
+    assert main(["chat", "--target", str(no_heads_target())]) == 1
+    err = capsys.readouterr().err
+    assert "give both --target PATH and --draft PATH" in err and "its own draft heads" in err
+    assert len(started) == 1
+
+
 def test_other_commands_are_still_there(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, ProgressBar, Static, TabPane
 
 from app.catalog import (
+    BUILTIN_DRAFTER_LABEL,
     DownloadCancelled,
     DownloadProgress,
     FitVerdict,
@@ -33,12 +34,18 @@ HYBRID_LINE = (
 )
 
 
+BUILTIN_LINE = "Draft:  built-in drafter: the target's own multi-token-prediction heads (no draft file)"
+
+
 def pair_name_text(row: CatalogRow, default: bool) -> Text:
-    """The name cell: ★ for the default, then what sets the pair apart: hybrid models, and a file
-    still to download whose name was never confirmed on the hub (once on disk it was right)."""
+    """The name cell: ★ for the default, then what sets the pair apart: a target that drafts
+    with its own heads, hybrid models, and a file still to download whose name was never
+    confirmed on the hub (once on disk it was right)."""
     name = Text(row.spec.name)
     if default:
         name.append(" ★", style="yellow")
+    if row.spec.draft is None:
+        name.append(f" {BUILTIN_DRAFTER_LABEL}", style="cyan")
     if row.spec.hybrid:
         name.append(" hybrid", style="magenta")
     if any(not f.confirmed for f in row.missing):
@@ -57,7 +64,7 @@ def fit_text(fit: FitVerdict | None) -> Text:
 class CatalogTab(TabPane):
     DEFAULT_CSS = """
     CatalogTab DataTable { height: 1fr; min-height: 4; }
-    CatalogTab #catalog-details { height: auto; max-height: 8; padding: 0 1; color: $text-muted; }
+    CatalogTab #catalog-details { height: auto; max-height: 10; padding: 0 1; color: $text-muted; }
     CatalogTab #download { height: auto; padding: 0 1; display: none; border: round $success; }
     CatalogTab #download.-on { display: block; }
     CatalogTab #download .dl-row { height: 1; }
@@ -79,7 +86,7 @@ class CatalogTab(TabPane):
         with Vertical(id="download"):
             yield Static("", id="dl-title", markup=False)
             for role in ("target", "draft"):
-                with Horizontal(classes="dl-row"):
+                with Horizontal(classes="dl-row", id=f"dl-row-{role}"):
                     yield Label(role.capitalize())
                     yield ProgressBar(id=f"bar-{role}", show_eta=False, show_percentage=True)
                     yield Static("waiting", id=f"dl-{role}", markup=False)
@@ -142,7 +149,8 @@ class CatalogTab(TabPane):
         if row is None:
             return
         s = row.spec
-        lines = [s.description, f"Target: {describe_file(s.target)}", f"Draft:  {describe_file(s.draft)}"]
+        draft = f"Draft:  {describe_file(s.draft)}" if s.draft is not None else BUILTIN_LINE
+        lines = [s.description, f"Target: {describe_file(s.target)}", draft]
         if row.fit is not None and row.fit.need_bytes:
             lines.append(f"Memory: {row.fit.summary()} ({row.fit.device})")
         if s.hybrid:
@@ -160,7 +168,7 @@ class CatalogTab(TabPane):
         row = self._row()
         if row is None:
             return
-        if row.downloaded and row.target_path and row.draft_path:
+        if row.downloaded and row.target_path:
             self.post_message(
                 PairChosen(PairRef.from_catalog(row.spec, row.target_path, row.draft_path), row.fit)
             )
@@ -189,6 +197,8 @@ class CatalogTab(TabPane):
         for role in ("target", "draft"):
             self.query_one(f"#bar-{role}", ProgressBar).update(total=None, progress=0)
             self.query_one(f"#dl-{role}", Static).update("waiting")
+        # A pair drafted by its target's own heads downloads one file: no draft row.
+        self.query_one("#dl-row-draft").display = row.spec.draft is not None
         self._refresh_state(row.spec.name)
         run_in_thread(self, partial(self._download_thread, dl), group="picker-download", name="The download")
 

@@ -1,5 +1,6 @@
 """The picker's "On disk" tab: GGUFs already on this machine (Hugging Face cache, LM Studio,
-Ollama), and for the highlighted one the models that can draft for it."""
+Ollama), and for the highlighted one the models that can draft for it; a model with its own
+draft heads (multi-token prediction) lists its "built-in drafter" first: it loads alone."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static, TabPane
 
+from app.catalog import BUILTIN_DRAFTER_LABEL
 from app.catalog.units import format_bytes, format_params
 from app.session.pairs import PairRef
 from app.ui.jobs import failure_text
@@ -14,6 +16,14 @@ from app.ui.messages import DiskReady
 from app.ui.pairs import DiskModel, disk_models
 from app.ui.picker.messages import PairChosen, PickerNote
 from app.ui.workers import run_in_thread
+
+
+def _drafts_cell(m: DiskModel) -> str:
+    """How many models can draft for it, "built-in" first for its own heads."""
+    count = str(len(m.drafts)) if m.drafts else ""
+    if m.drafts_alone:
+        return "built-in" + (f" + {count}" if count else "")
+    return count or "–"
 
 
 class DiskTab(TabPane):
@@ -61,7 +71,7 @@ class DiskTab(TabPane):
                 g.quantization,
                 format_bytes(g.size_bytes),
                 g.source,
-                str(len(m.drafts)) if m.drafts else "–",
+                _drafts_cell(m),
                 key=str(i),
             )
         if message.error:
@@ -88,7 +98,9 @@ class DiskTab(TabPane):
         if model is None:
             return
         label = self.query_one("#drafts-label", Static)
-        if not model.drafts:
+        if model.drafts_alone:
+            table.add_row(BUILTIN_DRAFTER_LABEL, "–", "MTP", "–", "its file", key="builtin")
+        elif not model.drafts:
             label.update(f"No model on disk can draft for {model.gguf.name} (same tokenizer, smaller).")
             return
         label.update(f"Can draft for {model.gguf.name}: Enter on one loads the pair.")
@@ -107,6 +119,9 @@ class DiskTab(TabPane):
         model = self._model()
         if model is None:
             return
+        if model.drafts_alone and not model.drafts:
+            self.post_message(PairChosen(PairRef(model.gguf.path, None)))  # its own heads draft
+            return
         if not model.drafts:
             self.post_message(PickerNote(f"No model on disk can draft for {model.gguf.name}."))
             return
@@ -115,7 +130,13 @@ class DiskTab(TabPane):
     @on(DataTable.RowSelected, "#drafts")
     def _draft_selected(self) -> None:
         model = self._model()
-        if model is None or not model.drafts:
+        if model is None:
             return
-        draft = model.drafts[self.query_one("#drafts", DataTable).cursor_row]
-        self.post_message(PairChosen(PairRef(model.gguf.path, draft.path)))
+        row = self.query_one("#drafts", DataTable).cursor_row
+        if model.drafts_alone:
+            if row == 0:
+                self.post_message(PairChosen(PairRef(model.gguf.path, None)))
+                return
+            row -= 1  # (the built-in drafter's row comes first)
+        if 0 <= row < len(model.drafts):
+            self.post_message(PairChosen(PairRef(model.gguf.path, model.drafts[row].path)))

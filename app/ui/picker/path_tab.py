@@ -1,4 +1,5 @@
-"""The picker's "By path" tab: two GGUF files typed in, checked before anything is loaded."""
+"""The picker's "By path" tab: two GGUF files typed in (or a target alone, when it has its own
+draft heads), checked before anything is loaded."""
 
 from __future__ import annotations
 
@@ -10,16 +11,28 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
 
+from app.catalog import BUILTIN_DRAFTER_LABEL, mtp_layers
 from app.engine import TandemError, compatibility_problems, read_gguf
 from app.session.pairs import PairRef
 from app.ui.picker.messages import PairChosen, PickerNote
 
 
 def check_paths(target: str, draft: str) -> PairRef:
-    """The pair, if both files are GGUFs whose tokenizers match; TandemError otherwise."""
-    if not target.strip() or not draft.strip():
-        raise TandemError("give both a target and a draft GGUF path")
-    t_path, d_path = Path(target.strip()).expanduser(), Path(draft.strip()).expanduser()
+    """The pair, if both files are GGUFs whose tokenizers match, or a target alone that has its
+    own draft heads (multi-token prediction); TandemError otherwise."""
+    if not target.strip():
+        raise TandemError(
+            "give a target GGUF path (and a draft's, unless the target has its own draft heads)"
+        )
+    t_path = Path(target.strip()).expanduser()
+    if not draft.strip():
+        if mtp_layers(read_gguf(t_path, check_data=False)) == 0:
+            raise TandemError(
+                f"give a draft GGUF path too: {t_path.name} has no built-in draft heads "
+                "(multi-token prediction layers) to draft with alone"
+            )
+        return PairRef(t_path, None)
+    d_path = Path(draft.strip()).expanduser()
     t_info, d_info = read_gguf(t_path), read_gguf(d_path)
     problems = compatibility_problems(t_info, d_info)
     if problems:
@@ -45,7 +58,9 @@ class PathTab(TabPane):
                 yield Input(placeholder="/path/to/target.gguf", id="target-path")
             with Horizontal(classes="row"):
                 yield Label("Draft")
-                yield Input(placeholder="/path/to/draft.gguf", id="draft-path")
+                yield Input(
+                    placeholder="/path/to/draft.gguf (empty: the target's own heads)", id="draft-path"
+                )
             yield Static("", id="check", markup=False)
             yield Button("Check and load", id="load-path", variant="primary")
 
@@ -65,5 +80,8 @@ class PathTab(TabPane):
             check.update("")
             self.post_message(PickerNote(str(exc)))
             return
-        check.update(Text("✓ same tokenizer: the draft can draft for the target", "green"))
+        if ref.draft is None:
+            check.update(Text(f"✓ {BUILTIN_DRAFTER_LABEL}: the target drafts with its own heads", "green"))
+        else:
+            check.update(Text("✓ same tokenizer: the draft can draft for the target", "green"))
         self.post_message(PairChosen(ref))

@@ -165,6 +165,7 @@ class ChatScreen(StreamingScreen):
             drafter=drafter,
             last_drafter=live.drafter,
             lookup_rounds=live.lookup_rounds,
+            mtp_rounds=live.mtp_rounds,
             rounds=live.rounds,
             prefill_tokens=live.prefill.prefill_tokens if live.prefill else None,
             prompt_tokens=live.prefill.prompt_tokens if live.prefill else 0,

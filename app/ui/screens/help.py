@@ -17,15 +17,15 @@ _G, _Y, _C = (ORIGIN_COLOURS[o] for o in (Origin.DRAFT, Origin.TARGET, Origin.BO
 
 COLOURS = f"""\
 [b]The colours.[/b] A small [i]draft[/i] model (or [i]prompt lookup[/i], which copies what \
-followed the same words earlier in the conversation) guesses the next few tokens; the large \
-[i]target[/i] model checks all the guesses in one batched pass and keeps the longest run it \
-agrees with. A [{_G}]green[/] token was guessed and accepted by the target. A \
-[{_Y}]yellow[/] token is the target's own: its correction after it rejected a guess. A \
-[{_C}]cyan[/] [i]bonus[/i] token comes free when every guess of a round was accepted: the same \
-pass already computed the next token. Every token is exactly what the target alone would have \
-produced (token for token with greedy decoding; from the very same distribution when sampling): \
-only the speed changes. Ctrl+T switches to plain reading, where finished answers are shown as \
-Markdown."""
+followed the same words earlier in the conversation, or the target's own [i]draft heads[/i]) \
+guesses the next few tokens; the large [i]target[/i] model checks all the guesses in one \
+batched pass and keeps the longest run it agrees with. A [{_G}]green[/] token was guessed and \
+accepted by the target. A [{_Y}]yellow[/] token is the target's own: its correction after it \
+rejected a guess. A [{_C}]cyan[/] [i]bonus[/i] token comes free when every guess of a round was \
+accepted: the same pass already computed the next token. Every token is exactly what the target \
+alone would have produced (token for token with greedy decoding; from the very same \
+distribution when sampling): only the speed changes. Ctrl+T switches to plain reading, where \
+finished answers are shown as Markdown."""
 
 NUMBERS = """\
 [b]The numbers.[/b] [i]Speed[/i] is decode tokens per second, prompt processing (prefill) \
@@ -35,8 +35,8 @@ excluded. [i]Speedup[/i] divides it by the target's own speed on this machine: a
 [i]Accepted[/i] is the share of the draft's guesses the target kept; [i]tok/pass[/i] is how many \
 tokens each forward pass of the target yielded (1.0 would be no gain); [i]K[/i] is how many \
 tokens were guessed in the last round (adaptive drafting picks 0..K max each round from \
-the acceptance and costs it measures), and [i]drafter[/i] who guessed them: the draft model or \
-prompt lookup (auto picks, round by round, whichever promises more speed). [i]Prefill[/i] is \
+the acceptance and costs it measures), and [i]drafter[/i] who guessed them: the draft model, \
+prompt lookup or the target's heads, mtp (auto picks, round by round, the fastest). [i]Prefill[/i] is \
 how many prompt tokens this turn really processed: earlier turns stay in the KV caches and \
 are not processed again. The chart shows tokens per target pass, round by round."""
 

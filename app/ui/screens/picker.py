@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static, TabbedContent
 
-from app.catalog import FitVerdict, files_fit
+from app.catalog import BUILTIN_DRAFTER_LABEL, FitVerdict, files_fit
 from app.catalog.units import format_bytes
 from app.engine import TandemError
 from app.session.pairs import PairRef
@@ -114,9 +114,12 @@ class PickerScreen(Screen[None]):
             t.append("Suggested: ")
             t.append(default.spec.name, style="bold")
             t.append(f", {format_bytes(default.missing_bytes)} to download")
+            draft = default.spec.draft
             t.append(
                 f" (target {format_bytes(default.spec.target.size_bytes)} + draft "
-                f"{format_bytes(default.spec.draft.size_bytes)})."
+                f"{format_bytes(draft.size_bytes)})."
+                if draft is not None
+                else f" (the target, {BUILTIN_DRAFTER_LABEL}: its own draft heads)."
             )
             t.append(" Enter downloads and loads it." if self.online is not False else "")
         elif default is not None:
@@ -165,9 +168,8 @@ class PickerScreen(Screen[None]):
         self.start_load(message.ref, message.fit if message.fit is not None else self._files_fit(message.ref))
 
     def _files_fit(self, ref: PairRef) -> FitVerdict | None:
-        """Whether two files fit at the app's context size (None when it cannot be told)."""
-        if ref.draft is None:
-            return None
+        """Whether the files (a target alone drafts with its own heads) fit at the app's context
+        size (None when it cannot be told)."""
         try:
             return files_fit(ref.target, ref.draft, self.tandem.settings.load_options(ref.spec).n_ctx)
         except (TandemError, OSError):

@@ -17,9 +17,10 @@ from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
 from app.ui.settings import Settings
 
 DRAFTER_LABELS = {
-    "auto": "auto (model or lookup)",
+    "auto": "auto (the fastest)",
     "model": "draft model",
     "lookup": "prompt lookup",
+    "mtp": "built-in heads (MTP)",
 }
 
 # (field, label, input type, hint)
@@ -32,7 +33,7 @@ FIELDS: list[tuple[str, str, str, str]] = [
         f"adaptive / {FIXED_K} fixed",
     ),
     ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
-    ("drafter", "Drafter", "select", "model, prompt lookup, or auto: per round, whichever is faster"),
+    ("drafter", "Drafter", "select", "model, lookup, the target's own heads (MTP), or auto: the fastest"),
     ("temperature", "Temperature", "number", "0 = greedy: the output is then exactly reproducible"),
     ("top_p", "Top-p", "number", "nucleus sampling, (0, 1]; 1 = off"),
     ("top_k", "Top-k", "integer", "0 = off"),

@@ -35,6 +35,7 @@ class StatsView:
     drafter: str = "auto"  # the setting
     last_drafter: str = ""  # who drafted the last round
     lookup_rounds: int = 0
+    mtp_rounds: int = 0  # rounds the target's own draft heads drafted
     rounds: int = 0
     prefill_tokens: int | None = None
     prompt_tokens: int = 0
@@ -63,8 +64,13 @@ def _drafter_text(v: StatsView) -> str:
     if not v.rounds:
         return v.drafter
     text = f"{v.drafter}, last: {v.last_drafter or 'none'}"
-    if v.drafter == "auto" and v.lookup_rounds:
-        text += f" ({v.lookup_rounds}/{v.rounds} lookup)"
+    if v.drafter == "auto":
+        # Who auto chose, when it was not always the draft model.
+        shares = [
+            f"{n}/{v.rounds} {who}" for n, who in ((v.lookup_rounds, "lookup"), (v.mtp_rounds, "mtp")) if n
+        ]
+        if shares:
+            text += f" ({', '.join(shares)})"
     return text
 
 
