@@ -5,7 +5,8 @@ target-only run of the same round), per-token acceptance α, tokens per target p
 length K, the costs c and v, the speedup the cost model predicts, and efficiency =
 measured / predicted. The prediction sums each round's cost in target steps over the rounds that
 really ran: drafting (the draft model's first batch, which catches up on what it has not seen,
-then c per further draft token; one search for lookup) and verifying, v(K+1). Efficiency shows
+then c per further draft token; one search for lookup; the target's own heads as their rounds
+measured them) and verifying, v(K+1). Efficiency shows
 what the model does not capture: Python, sampling, noise.
 """
 
@@ -47,7 +48,13 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
     rejections = sum(1 for ev in rounds if ev.accepted < ev.drafted)
     drafted = sum(ev.drafted for ev in rounds)
     generated = sum(ev.emitted for ev in rounds)
-    cost = sum(costs.round_cost(ev.drafter, ev.drafted, ev.caught_up, ev.looked_up) for ev in rounds)
+    # The target's own heads (MTP) are not timed by measure_costs: their rounds count the head
+    # steps as the round itself measured them, in target steps.
+    cost = sum(
+        costs.round_cost(ev.drafter, ev.drafted, ev.caught_up, ev.looked_up)
+        + (ev.draft_s / costs.target_step_s if ev.drafter == "mtp" else 0.0)
+        for ev in rounds
+    )
     ratios = _ratios(records, setting)
     speedup = statistics.median(ratios) if ratios else 0.0
     predicted = generated / cost if cost else 0.0
@@ -62,7 +69,7 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
         "tokens_per_round": generated / n_rounds,
         "mean_draft_length": drafted / n_rounds,
         "lookup_share": sum(1 for ev in rounds if ev.drafter == "lookup") / n_rounds,
-        # Rounds drafted by the target's own heads (their draft cost is not in the prediction).
+        # Rounds drafted by the target's own heads.
         "mtp_share": sum(1 for ev in rounds if ev.drafter == "mtp") / n_rounds,
         "c": (costs.c if model_rounds else costs.c_lookup) if rounds else 0.0,
         "v": costs.v(drafted / n_rounds + 1),

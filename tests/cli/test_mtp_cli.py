@@ -108,6 +108,7 @@ def test_bench_compares_the_heads_with_lookup(tmp_path: Path, capsys: pytest.Cap
     assert report["settings"]["mtp"]["drafter"] == "mtp" and report["draft"] is None
     assert report["overall"]["mtp"]["acceptance_rate"] > 0
     assert report["overall"]["mtp"]["identical_output"] is True
+    assert report["overall"]["mtp"]["predicted_speedup"] > 0 and report["overall"]["mtp"]["efficiency"] > 0
     capsys.readouterr()
     # Without heads, `--compare mtp` is refused before loading, in one line.
     plain = ["bench", "--target", str(no_heads_target()), "--prompts", str(prompts), "--compare", "mtp"]
