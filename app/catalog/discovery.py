@@ -33,7 +33,6 @@ from app.engine.compat import compatibility_problems
 from app.engine.errors import ModelFileError
 from app.engine.gguf_file import GGUFInfo, read_gguf
 
-from .heads import mtp_layers
 from .hub_cache import hub_cache_dir
 from .spec import split_info, split_parts
 
@@ -173,7 +172,7 @@ def _describe(path: Path, source: str, name: str) -> LocalGGUF:
         n_vocab=len(info.tokens),
         context_length=info.context_length,
         has_chat_template=bool(template),
-        mtp_layers=mtp_layers(info),
+        mtp_layers=info.mtp_layers,
     )
 
 

@@ -12,38 +12,20 @@ from pathlib import Path
 
 from app.engine import mtp
 from app.engine.errors import TandemError
-from app.engine.gguf_file import GGUFInfo, read_gguf
+from app.engine.gguf_file import read_gguf
 
 BUILTIN_DRAFTER_LABEL = "built-in drafter"  # what the picker and `tandem pairs` call the heads
 
 
-def mtp_layers(info: GGUFInfo) -> int:
-    """How many MTP blocks the model has (0: none); the key the engine reads (model.py)."""
-    value = info.get(f"{info.architecture}.nextn_predict_layers", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def has_heads(path: Path) -> bool:
     """Whether the GGUF at `path` has MTP blocks; raises ModelFileError for an unreadable file."""
-    return mtp_layers(read_gguf(path, check_data=False)) > 0
-
-
-def no_heads_message(path: Path) -> str:
-    """Why `path` cannot draft with its own heads, in one line (the engine says the same when
-    asked to; see generation.mtp_missing), with what to use instead."""
-    return (
-        f"{path.name} has no built-in draft heads (multi-token prediction layers): use a draft "
-        "model (--draft) or prompt lookup (--drafter lookup)"
-    )
+    return read_gguf(path, check_data=False).mtp_layers > 0
 
 
 def check_heads(path: Path) -> None:
     """Refuse, before anything is loaded, a target that has no draft heads to draft with, or
     whose heads this llama.cpp build cannot run."""
     if not has_heads(path):
-        raise TandemError(no_heads_message(path))
+        raise TandemError(mtp.no_heads_message(path.name))
     if not mtp.supported():
-        raise TandemError(
-            f"this llama.cpp build cannot run {path.name}'s draft heads: update it "
-            "(python3 scripts/install.py --rebuild)"
-        )
+        raise TandemError(mtp.unsupported_message(path.name))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from . import mtp
 from .config import GenerationConfig
 from .draft_policy import CostModel
 from .errors import ContextOverflowError, TandemError
@@ -211,18 +212,12 @@ def mtp_missing(target: LoadedModel) -> str:
     """Why the target has no draft heads to draft with, in one line."""
     name = target.path.name
     if target.mtp_layers_in_file == 0:
-        return (
-            f"{name} has no built-in draft heads (multi-token prediction layers): use a draft "
-            "model (--draft) or prompt lookup (--drafter lookup)"
-        )
+        return mtp.no_heads_message(name)
     if not target.options.load_mtp:
         return f"{name}'s draft heads were not loaded: load them to draft with mtp"
     if target.notes:
         return f"{name}'s draft heads could not be used: " + "; ".join(target.notes)
-    return (
-        f"this llama.cpp build cannot run {name}'s draft heads: update it "
-        "(python3 scripts/install.py --rebuild)"
-    )
+    return mtp.unsupported_message(name)
 
 
 def _never() -> bool:

@@ -247,6 +247,13 @@ class GGUFInfo:
         return str(value) if value else None
 
     @property
+    def mtp_layers(self) -> int:
+        """How many multi-token-prediction ("nextn") blocks follow the trunk (0: none): the
+        model's own draft heads (mtp.py)."""
+        value = self.get(f"{self.architecture}.nextn_predict_layers", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    @property
     def context_length(self) -> int | None:
         value = self.get(f"{self.architecture}.context_length")
         return int(value) if value is not None else None

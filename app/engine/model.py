@@ -294,8 +294,7 @@ class LoadedModel:
     @property
     def mtp_layers_in_file(self) -> int:
         """How many multi-token-prediction blocks the GGUF carries (0: none)."""
-        value = self.info.get(f"{self.info.architecture}.nextn_predict_layers", 0)
-        return int(value) if isinstance(value, int) else 0
+        return self.info.mtp_layers
 
     @property
     def size_bytes(self) -> int:

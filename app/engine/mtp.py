@@ -88,6 +88,22 @@ def supported() -> bool:
     )
 
 
+def no_heads_message(name: str) -> str:
+    """Why a model without MTP blocks cannot draft for itself, with what to use instead."""
+    return (
+        f"{name} has no built-in draft heads (multi-token prediction layers): use a draft "
+        "model (--draft) or prompt lookup (--drafter lookup)"
+    )
+
+
+def unsupported_message(name: str) -> str:
+    """Why this llama.cpp build cannot run a model's heads (the staging calls are missing)."""
+    return (
+        f"this llama.cpp build cannot run {name}'s draft heads: update it "
+        "(python3 scripts/install.py --rebuild)"
+    )
+
+
 def set_target_rows(ctx: int, on: bool) -> None:
     """Whether the target's decodes also produce each token's hidden row (for the heads)."""
     _set_embeddings_nextn(ctx, on, False)

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
 
-from app.catalog import BUILTIN_DRAFTER_LABEL, mtp_layers
+from app.catalog import BUILTIN_DRAFTER_LABEL
 from app.engine import TandemError, compatibility_problems, read_gguf
 from app.session.pairs import PairRef
 from app.ui.picker.messages import PairChosen, PickerNote
@@ -26,7 +26,7 @@ def check_paths(target: str, draft: str) -> PairRef:
         )
     t_path = Path(target.strip()).expanduser()
     if not draft.strip():
-        if mtp_layers(read_gguf(t_path, check_data=False)) == 0:
+        if read_gguf(t_path, check_data=False).mtp_layers == 0:
             raise TandemError(
                 f"give a draft GGUF path too: {t_path.name} has no built-in draft heads "
                 "(multi-token prediction layers) to draft with alone"
