@@ -18,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from ..errors import GenerationError
 from ..mtp import MtpHead
-from ..sampling import SamplerSettings
+from ..sampling import NonFiniteLogits, SamplerSettings
 from . import DrafterKind, Proposal, draw
 
 
@@ -54,7 +55,14 @@ class MtpDrafter:
             out.passes = 1
             pos = len(history)
             while True:
-                drawn = draw(logits, self.sampler, self.rng, self.p_min)
+                try:
+                    drawn = draw(logits, self.sampler, self.rng, self.p_min)
+                except NonFiniteLogits:
+                    name = head.target.path.name
+                    raise GenerationError(
+                        f"{name}'s draft heads produced NaN or infinite logits: draft with "
+                        "--drafter lookup or a draft model instead"
+                    ) from None
                 if out.passes == 1:
                     out.first_s = time.perf_counter() - t0
                 if drawn is None:
