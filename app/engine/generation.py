@@ -143,7 +143,11 @@ def _drive(
         generated = rounds = drafted = accepted = lookup_rounds = 0
         draft_s = verify_s = 0.0
         sampler, max_tokens, eog = config.sampler, config.max_tokens, target.eog
-        llama0 = sum(m.decode_seconds for m in models)
+        # Time inside llama.cpp: the models' decodes, and the draft heads' when they draft.
+        clocks: list[LoadedModel | mtp.MtpHead] = [*models]
+        if scheduler is not None and scheduler.mtp is not None:
+            clocks.append(scheduler.mtp.head)
+        llama0 = sum(c.decode_seconds for c in clocks)
         t_start = time.perf_counter()
         reason: StopReason | None = None if ready else "cancelled"  # (a cancelled prefill)
         while reason is None:
@@ -199,7 +203,7 @@ def _drive(
             accepted=accepted,
             draft_s=draft_s,
             verify_s=verify_s,
-            llama_s=sum(m.decode_seconds for m in models) - llama0,
+            llama_s=sum(c.decode_seconds for c in clocks) - llama0,
             stop_reason=reason,
         )
         yield DoneEvent(stats, stream.text)

@@ -74,8 +74,13 @@ def test_greedy_drafting_with_the_heads_is_exactly_the_target(
     for text in PROMPTS:
         prompt = _chat(pair, text)
         ref = run(alone, prompt, speculative=False, max_tokens=96)
+        spent = pair.target.decode_seconds + _head(pair).decode_seconds
         out = run(pair, prompt, drafter="mtp", draft_max=k, max_tokens=96)
         assert out.ids == ref.ids and out.text == ref.text
+        # Time inside llama.cpp counts the heads' decodes too (not Python overhead); prefill
+        # aside, every decode of both falls within the rounds.
+        inside = pair.target.decode_seconds + _head(pair).decode_seconds - spent
+        assert out.stats.llama_s <= inside and out.stats.llama_s > 0.5 * inside
         assert out.start is not None and out.start.drafter == "mtp"
         assert {r.drafter for r in out.rounds if r.drafted} == {"mtp"}
         accepted += sum(r.accepted for r in out.rounds)
