@@ -14,7 +14,7 @@ from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_
 from hub_server import FakeHub
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Select, Static
-from ui_helpers import run_app, send, wait_for, wait_ready
+from ui_helpers import picker, run_app, send, wait_for, wait_ready
 
 from app.engine import Origin
 from app.session.pairs import PairRef
@@ -25,11 +25,6 @@ from app.ui.settings import load_settings
 from app.ui.storage import AppDirs, read_json
 from app.ui.widgets.chat_log import AnswerView
 from app.ui.widgets.stats import StatsPanel
-
-
-def _picker(app: TandemApp) -> PickerScreen:
-    assert isinstance(app.screen, PickerScreen), app.screen
-    return app.screen
 
 
 def _origins(app: TandemApp) -> set[Origin]:
@@ -45,7 +40,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
-        p = _picker(app)
+        p = picker(app)
         await wait_for(pilot, lambda: p.listing is not None and p.online is True, 20, "catalog")
         table = p.query_one("#catalog", DataTable)
         assert str(table.get_row_at(0)[0]) == "tiny-mtp ★ built-in drafter hybrid"
@@ -139,7 +134,7 @@ def test_a_gguf_on_disk_with_heads_offers_its_built_in_drafter(
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
-        p = _picker(app)
+        p = picker(app)
         await wait_for(pilot, lambda: p.disk, 20, "disk")
         disk = p.query_one("#disk", DataTable)
         (row,) = [disk.get_row_at(i) for i in range(disk.row_count)]
@@ -172,7 +167,7 @@ def test_a_target_without_heads_alone_is_refused_and_the_app_goes_on(dirs: AppDi
             20,
             "the notice (notifications arrive as messages)",
         )
-        p = _picker(app)  # the picker opened in its place, and works
+        p = picker(app)  # the picker opened in its place, and works
         await wait_for(pilot, lambda: p.listing is not None, 20, "catalog")
         assert app.loaded is None and app.loading is None
 

@@ -12,23 +12,13 @@ import pytest
 from catalogs import TINY_ONLY_CATALOG, install_catalog
 from hub_server import FakeHub
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Static, TabbedContent
-from ui_helpers import run_app, wait_for, wait_ready
+from textual.widgets import DataTable, Input, TabbedContent
+from ui_helpers import picker, run_app, text_of, wait_for, wait_ready
 
 from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.screens.picker import PickerScreen
 from app.ui.storage import AppDirs, read_json
-
-
-def picker(app: TandemApp) -> PickerScreen:
-    screen = app.screen
-    assert isinstance(screen, PickerScreen), screen
-    return screen
-
-
-def text_of(screen: PickerScreen, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
 
 
 def test_first_run_preselects_the_default_pair_downloads_and_loads_it(

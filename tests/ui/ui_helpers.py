@@ -7,8 +7,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from app.ui.app import TandemApp
+from app.ui.screens.picker import PickerScreen
 from app.ui.settings import Settings
 
 # Greedy decoding with a fixed K: which tokens are drafted, corrected or bonus depends on the
@@ -70,3 +72,13 @@ def run_app(
             await scenario(pilot)
 
     asyncio.run(main())
+
+
+def picker(app: TandemApp) -> PickerScreen:
+    screen = app.screen
+    assert isinstance(screen, PickerScreen), screen
+    return screen
+
+
+def text_of(screen: PickerScreen, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
