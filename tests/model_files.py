@@ -135,7 +135,7 @@ def tiny_model(
     vocab_edit: str | None = None,
     n_embd: int = 64,
     n_layer: int = 2,
-    chat_template: bool = True,
+    chat_template: bool | str = True,
     poison: float | None = None,
 ) -> Path:
     """A small random-weight llama with SmolLM2's tokenizer (vocabulary 49152).
@@ -144,7 +144,8 @@ def tiny_model(
     random weights: a draft that agrees with that model part of the time.
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
     tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
-    chat_template=False: no `tokenizer.chat_template` (a base model).
+    chat_template=False: no `tokenizer.chat_template` (a base model); a string: that template
+    instead of SmolLM2's (a real thinking model's, from tests/fixtures/templates).
     poison: a value (NaN, inf) written into the output norm, so that every logit is not finite
     (what an fp16 overflow on a GPU backend produces).
     """
@@ -218,7 +219,7 @@ def _finish_tiny(
     types: list[int],
     tensors: dict[str, np.ndarray],
     *,
-    chat_template: bool = True,
+    chat_template: bool | str = True,
     f16: bool = False,
 ) -> Path:
     """The part every tiny model shares: F32 (or F16 matrices: `f16`), SmolLM2's tokenizer (so
@@ -236,7 +237,9 @@ def _finish_tiny(
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
-    if chat_template:
+    if isinstance(chat_template, str):
+        writer.add_chat_template(chat_template)
+    elif chat_template:
         writer.add_chat_template(str(tok["template"]))
     for key, value in tensors.items():
         matrix = f16 and value.ndim == 2 and "ssm_conv1d" not in key
@@ -523,3 +526,16 @@ def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_
     writer.add_uint32(f"{arch}.ssm.group_count", n_group)
     writer.add_uint32(f"{arch}.full_attention_interval", interval)
     return _finish_tiny(writer, part, out, tok, tokens, types, w, f16=sh.f16)
+
+
+TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
+
+
+def tiny_thinker(template: str = "Qwen3.5-4B", *, draft: bool = False) -> Path:
+    """The tiny target (or its draft) carrying a real thinking model's chat template (Qwen3.5's
+    by default: its generation prompt opens `<think>`, and `enable_thinking` closes it)."""
+    text = (TEMPLATES / f"{template}.jinja").read_text()
+    name = f"think-{template}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"  # a new template: a new file
+    if draft:
+        return tiny_model(name + "-draft", seed=2, base_seed=1, noise=0.6, chat_template=text)
+    return tiny_model(name, seed=1, chat_template=text)

@@ -16,6 +16,8 @@ from .events import (
     Event,
     GenerationStats,
     Origin,
+    Part,
+    PartStats,
     PrefillEvent,
     RoundEvent,
     StartEvent,
@@ -23,13 +25,15 @@ from .events import (
 )
 from .gguf_file import GGUFInfo, read_gguf
 from .model import LoadedModel
-from .pair import ModelPair
+from .pair import ChatPrompt, ModelPair
+from .reasoning import ReasoningFormat, ReasoningSplit, Thinking
 from .sampling import SamplerSettings
 
 __all__ = [
     "DRAFTER_CHOICES",
     "DRAFT_MAX_LIMIT",
     "ChatMessage",
+    "ChatPrompt",
     "ContextOverflowError",
     "DoneEvent",
     "DrafterChoice",
@@ -45,11 +49,16 @@ __all__ = [
     "ModelLoadError",
     "ModelPair",
     "Origin",
+    "Part",
+    "PartStats",
     "PrefillEvent",
+    "ReasoningFormat",
+    "ReasoningSplit",
     "RoundEvent",
     "SamplerSettings",
     "StartEvent",
     "TandemError",
+    "Thinking",
     "TokenEvent",
     "check_pair",
     "compatibility_problems",

@@ -2,7 +2,21 @@
 
 Templates are Jinja2 written for Hugging Face transformers; we render them the same way
 (sandboxed, trim_blocks/lstrip_blocks, `raise_exception`, `strftime_now`, a `tojson` that
-keeps non-ASCII text) so that the prompt matches what the model was trained on.
+keeps non-ASCII text, transformers' `{% generation %}` tag) so that the prompt matches what the
+model was trained on. Three things real templates need beyond plain Jinja:
+
+* `{% generation %}…{% endgeneration %}` (transformers' extension, LFM2.5 and Laguna use it)
+  only marks the assistant's text for training: it renders its body.
+* A variable the caller does not pass (`tools`, `functions`, `documents`…) is undefined and
+  falsy, and stays harmless where a template uses it anyway (`"…" + functions`, `tools.x`,
+  `tools | tojson`): it reads as nothing, as in llama.cpp, instead of failing the render.
+* A template that refuses a system message ("System role not supported", Gemma 2) gets the
+  system text at the start of the first user message instead, as llama.cpp does
+  (`RenderedChat.system_folded` says so, for the front-end to tell the user once).
+
+An assistant message's reasoning (`ChatMessage.reasoning`) goes to the template as
+`reasoning_content` (Qwen, GLM, DeepSeek…) and `thinking` (gpt-oss, LFM2.5): each template
+keeps or drops earlier turns' reasoning as it was written to.
 
 A template is code from whoever made the GGUF, and the app renders it in a worker thread while
 it holds the model pair's lock. The sandbox stops it from touching anything outside; on top of
@@ -28,7 +42,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,12 +50,16 @@ from typing import Any
 
 import jinja2
 import jinja2.runtime
+from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.ext import Extension
 from jinja2.nodes import Node
+from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import TandemError
+from .reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
 # adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small
@@ -65,14 +83,19 @@ _SEQUENCES = (str, bytes, list, tuple)
 class ChatMessage:
     role: str  # "system", "user" or "assistant"
     content: str
+    reasoning: str = ""  # an assistant turn's reasoning (a thinking model's), kept apart
 
 
 class ChatTemplateError(TandemError):
     pass
 
 
+class _Refused(ChatTemplateError):
+    """The template's own raise_exception: it refused the conversation."""
+
+
 def _raise(message: str) -> None:
-    raise ChatTemplateError(f"the model's chat template refused the conversation: {message}")
+    raise _Refused(f"the model's chat template refused the conversation: {message}")
 
 
 def _failed(reason: str) -> ChatTemplateError:
@@ -96,7 +119,47 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        x,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_undefined_as_null,
+    )
+
+
+def _undefined_as_null(value: Any) -> None:
+    if isinstance(value, jinja2.Undefined):
+        return None
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class _Absent(jinja2.ChainableUndefined):
+    """A variable nobody passed: falsy, empty, and harmless where a template uses it anyway.
+    Jinja's own Undefined already reads as "" and iterates as nothing; a template that adds it
+    to a string, or reads an attribute of it, would fail the render over an option the user
+    never gave (firefunction's `"…" + functions`). `is defined` still tells it apart."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Any:
+        return other
+
+    def __radd__(self, other: Any) -> Any:
+        return other
+
+
+class _Generation(Extension):
+    """transformers' `{% generation %}…{% endgeneration %}`: marks the assistant's text for
+    training (assistant-only loss masks); rendering a prompt, it is just its body."""
+
+    tags = {"generation"}  # noqa: RUF012 (Jinja's own declaration style)
+
+    def parse(self, parser: Parser) -> list[Node]:
+        next(parser.stream)  # the tag's name
+        body: list[Node] = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return [nodes.Scope(body)]
 
 
 # ---------------------------------------------------------------------- size
@@ -219,7 +282,12 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 # ---------------------------------------------------------------------- rendering
-_env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+_env = _BoundedEnvironment(
+    trim_blocks=True,
+    lstrip_blocks=True,
+    extensions=["jinja2.ext.loopcontrols", _Generation],
+    undefined=_Absent,
+)
 _env.filters["tojson"] = _tojson
 _env.globals["raise_exception"] = _raise
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -258,6 +326,38 @@ def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, 
     return "".join(chunks)
 
 
+# The variables every render sets itself; a caller's extra variables cannot replace them.
+RESERVED_VARIABLES = frozenset({"messages", "bos_token", "eos_token", "add_generation_prompt"})
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    text: str
+    # The template refused a system message and its text went into the first user message.
+    system_folded: bool = False
+
+
+def _message(m: ChatMessage) -> dict[str, Any]:
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.reasoning:  # (only when there is some: "" would tell Qwen's template "none" even
+        # where the content carries `<think>` itself)
+        d["reasoning_content"] = m.reasoning
+        d["thinking"] = m.reasoning
+    return d
+
+
+def _folded(messages: Sequence[ChatMessage]) -> list[ChatMessage] | None:
+    """The conversation with a leading system message put into the next one (as llama.cpp
+    does for templates without a system role); None when it has no leading system message."""
+    if not messages or messages[0].role != "system":
+        return None
+    system, rest = messages[0], list(messages[1:])
+    if rest:
+        first = rest[0]
+        rest[0] = ChatMessage(first.role, f"{system.content}\n{first.content}", first.reasoning)
+    return rest
+
+
 def render_chat(
     template: str,
     messages: Sequence[ChatMessage],
@@ -265,23 +365,78 @@ def render_chat(
     bos_token: str,
     eos_token: str,
     add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
 ) -> str:
-    """The conversation as the model's chat template writes it. Raises ChatTemplateError (one
-    sentence, naming --raw) for any template that fails, is too slow or builds too much."""
-    given = sum(len(m.role) + len(m.content) for m in messages) + len(bos_token) + len(eos_token)
+    """The conversation as the model's chat template writes it (see render_conversation)."""
+    return render_conversation(
+        template,
+        messages,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        add_generation_prompt=add_generation_prompt,
+        variables=variables,
+    ).text
+
+
+def render_conversation(
+    template: str,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
+) -> RenderedChat:
+    """The conversation as the model's chat template writes it. `variables`: more for the
+    template (thinking_variables, a request's chat_template_kwargs); the names the render sets
+    itself (RESERVED_VARIABLES) are not replaced. Raises ChatTemplateError (one sentence,
+    naming --raw) for any template that fails, is too slow or builds too much. A template that
+    refuses a system message is rendered again with it folded into the first user message."""
+    try:
+        text = _render(template, messages, bos_token, eos_token, add_generation_prompt, variables)
+        return RenderedChat(text)
+    except _Refused:
+        folded = _folded(messages)
+        if folded is None:
+            raise
+        try:
+            text = _render(template, folded, bos_token, eos_token, add_generation_prompt, variables)
+        except ChatTemplateError:
+            raise ChatTemplateError(
+                "the model's chat template refused the conversation, with the system prompt and "
+                "without it (in the first message)"
+            ) from None
+        return RenderedChat(text, system_folded=True)
+
+
+def _render(
+    template: str,
+    messages: Sequence[ChatMessage],
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool,
+    variables: Mapping[str, Any] | None,
+) -> str:
+    given = sum(len(m.role) + len(m.content) + 2 * len(m.reasoning) for m in messages)
+    given += len(bos_token) + len(eos_token) + len(json.dumps(dict(variables or {}), default=str))
     limit = MAX_OUTPUT_CHARS + 4 * given
     token = _limit.set(limit)
     try:
         compiled = _compiled.get(template)
         if compiled is None:
             compiled = _compiled[template] = _compile(template)
-        variables = {
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
-            "bos_token": bos_token,
-            "eos_token": eos_token,
-            "add_generation_prompt": add_generation_prompt,
-        }
-        return _render_bounded(compiled, limit, variables)
+        extra = {k: v for k, v in (variables or {}).items() if k not in RESERVED_VARIABLES}
+        return _render_bounded(
+            compiled,
+            limit,
+            {
+                **extra,
+                "messages": [_message(m) for m in messages],
+                "bos_token": bos_token,
+                "eos_token": eos_token,
+                "add_generation_prompt": add_generation_prompt,
+            },
+        )
     except ChatTemplateError:
         raise
     except jinja2.TemplateSyntaxError as exc:
@@ -298,3 +453,81 @@ def render_chat(
         raise _failed(f"{type(exc).__name__}: {_sentence(str(exc))}") from exc
     finally:
         _limit.reset(token)
+
+
+# ---------------------------------------------------------------------- thinking
+# Short conversations to find a template's thinking switch with: some templates read the switch
+# only without a system message (Granite 3.3 writes its own system prompt for `thinking`).
+_PROBES = (
+    (ChatMessage("system", "You are a helpful assistant."), ChatMessage("user", "What is 2 + 2?")),
+    (ChatMessage("user", "What is 2 + 2?"),),
+)
+
+
+def generation_prompt(
+    template: str,
+    rendered: str,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str,
+    eos_token: str,
+    variables: Mapping[str, Any] | None = None,
+) -> str:
+    """What the template adds for the answer to follow (`<|im_start|>assistant\n<think>\n`):
+    `rendered` (with the generation prompt) less the same conversation rendered without it.
+    When the two do not share that prefix, the last 200 characters stand in for it."""
+    try:
+        bare = render_conversation(
+            template,
+            messages,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=False,
+            variables=variables,
+        ).text
+    except ChatTemplateError:
+        bare = ""
+    return rendered[len(bare) :] if bare and rendered.startswith(bare) else rendered[-200:]
+
+
+def reasoning_split(
+    template: str,
+    rendered: str,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str,
+    eos_token: str,
+    variables: Mapping[str, Any] | None = None,
+) -> ReasoningSplit | None:
+    """How the answer to this rendered prompt splits into reasoning and answer (None: the
+    model does not think, all of it is the answer)."""
+    fmt = detect_format(template)
+    if fmt is None:
+        return None
+    suffix = generation_prompt(
+        template, rendered, messages, bos_token=bos_token, eos_token=eos_token, variables=variables
+    )
+    return ReasoningSplit(fmt, opens_reasoning(fmt, suffix))
+
+
+def thinking_of(template: str | None, *, bos_token: str, eos_token: str) -> Thinking:
+    """What the template does about thinking: its reasoning format, and whether it has an on/off
+    switch, found by rendering a short conversation with thinking on, off and unset (a switch
+    that changes nothing in the prompt is no switch)."""
+    fmt = detect_format(template)
+    if template is None or fmt is None:
+        return Thinking()
+
+    def prompt(probe: Sequence[ChatMessage], think: bool | None) -> str | None:
+        try:
+            return render_chat(
+                template, probe, bos_token=bos_token, eos_token=eos_token, variables=thinking_variables(think)
+            )
+        except ChatTemplateError:
+            return None
+
+    for probe in _PROBES:
+        on, off, default = prompt(probe, True), prompt(probe, False), prompt(probe, None)
+        if on is not None and off is not None and on != off:
+            return Thinking(fmt, switch=True, default_on=default == on if default is not None else None)
+    return Thinking(fmt)

@@ -9,10 +9,13 @@ here: the catalog imports this module without loading the bindings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import TandemError
 from .sampling import SamplerSettings
+
+if TYPE_CHECKING:  # (reasoning.py imports the events, which import this module)
+    from .reasoning import ReasoningSplit
 
 # The largest verification batch (K + 1 rows of logits): contexts are created for it.
 DRAFT_MAX_LIMIT = 32
@@ -49,6 +52,10 @@ class GenerationConfig:
     drafter: DrafterChoice = "auto"
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     stop: tuple[str, ...] = ()
+    # How the output splits into a thinking model's reasoning and its answer: the prompt's
+    # (ChatPrompt.reasoning). None: all of it is the answer (a model that does not think, a
+    # raw prompt).
+    reasoning: ReasoningSplit | None = None
 
     @property
     def drafts_adaptively(self) -> bool:

@@ -25,6 +25,9 @@ class Origin(str, Enum):
 
 
 StopReason = Literal["eog", "max_tokens", "stop_string", "cancelled", "context_full"]
+# Which part of the output a token belongs to: a thinking model's reasoning, or the answer
+# (reasoning.py splits them; every token of a model that does not think is "answer").
+Part = Literal["reasoning", "answer"]
 Mode = Literal["speculative", "baseline"]
 
 
@@ -45,8 +48,15 @@ class StartEvent:
 @dataclass(slots=True)
 class TokenEvent:
     id: int
-    text: str  # may be "" while a multi-byte character is incomplete
+    # The token's text in the answer: may be "" while a multi-byte character is incomplete, for
+    # a token of the reasoning and for a reasoning tag (`<think>`), which is in neither part.
+    text: str
     origin: Origin
+    part: Part = "answer"  # the part it counts for (a reasoning tag counts for the reasoning)
+    # The token's text in the reasoning. A token holds text of one part, except the rare one
+    # that straddles the boundary (a tag split over tokens: "done.</" + "think>Hi"): it holds
+    # the end of the reasoning here and the start of the answer in `text`.
+    reasoning: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,28 @@ class GenerationStats:
     verify_s: float = 0.0
     llama_s: float = 0.0  # of decode_s, time inside llama_decode (both models)
     stop_reason: StopReason = "max_tokens"
+    # Of the above, the reasoning's share (a thinking model's; all 0 for the others): its
+    # tokens, the drafts proposed and accepted in rounds that started in it, and those rounds'
+    # time. The answer's share is the rest (`answer`).
+    reasoning_tokens: int = 0
+    reasoning_drafted: int = 0
+    reasoning_accepted: int = 0
+    reasoning_decode_s: float = 0.0
+
+    @property
+    def reasoning(self) -> PartStats:
+        return PartStats(
+            self.reasoning_tokens, self.reasoning_drafted, self.reasoning_accepted, self.reasoning_decode_s
+        )
+
+    @property
+    def answer(self) -> PartStats:
+        return PartStats(
+            self.generated - self.reasoning_tokens,
+            self.drafted - self.reasoning_drafted,
+            self.accepted - self.reasoning_accepted,
+            max(0.0, self.decode_s - self.reasoning_decode_s),
+        )
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -133,14 +165,46 @@ class GenerationStats:
             acceptance_rate=self.acceptance_rate,
             tokens_per_round=self.tokens_per_round,
             python_overhead=self.python_overhead,
+            reasoning=self.reasoning.to_dict(),
+            answer=self.answer.to_dict(),
         )
         return d
 
 
 @dataclass(frozen=True, slots=True)
+class PartStats:
+    """One part's share of a generation (GenerationStats.reasoning / .answer): drafts are
+    often accepted at a different rate in a model's reasoning than in its answer."""
+
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    decode_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "decode_s": self.decode_s,
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class DoneEvent:
     stats: GenerationStats
-    text: str  # the whole answer as streamed
+    text: str  # the whole answer as streamed (a thinking model's reasoning apart, below)
+    reasoning: str = ""  # the reasoning, without its tags ("" for a model that does not think)
 
 
 Event = StartEvent | TokenEvent | PrefillEvent | RoundEvent | DoneEvent

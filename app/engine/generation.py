@@ -18,6 +18,7 @@ from .draft_policy import CostModel
 from .errors import ContextOverflowError, TandemError
 from .events import DoneEvent, Event, GenerationStats, Origin, PrefillEvent, StartEvent, StopReason
 from .model import LoadedModel
+from .reasoning import REASONING, ReasoningSplitter
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
 from .text_stream import TokenStream
@@ -115,6 +116,9 @@ def _drive(
             prompt_tokens=len(prompt),
         )
         stream = TokenStream(target.piece, config.stop, target.texts)
+        # A thinking model's output: each token is sorted into reasoning or answer as it is
+        # released (None: all of it is the answer, and the loop below is as without it).
+        splitter = ReasoningSplitter(config.reasoning) if config.reasoning is not None else None
         cancelled = cancel.is_set if cancel is not None else _never
 
         # Prefill: everything but the last prompt token, reusing whatever prefix is cached.
@@ -142,6 +146,10 @@ def _drive(
         history = list(prompt)
         generated = rounds = drafted = accepted = lookup_rounds = 0
         draft_s = verify_s = 0.0
+        # The reasoning's share: its tokens and accepted drafts as released, and the drafts and
+        # time of the rounds that started inside it.
+        r_tokens = r_drafted = r_accepted = 0
+        r_seconds = 0.0
         sampler, max_tokens, eog = config.sampler, config.max_tokens, target.eog
         # Time inside llama.cpp: the models' decodes, and the draft heads' when they draft.
         clocks: list[LoadedModel | mtp.MtpHead] = [*models]
@@ -160,6 +168,8 @@ def _drive(
                 break
             # K is clipped so a round never overshoots max tokens or the context.
             budget = min(max_tokens - generated - 1, room)
+            in_reasoning = splitter is not None and splitter.in_reasoning
+            t_round = time.perf_counter() if in_reasoning else 0.0
             plan = PLAIN if scheduler is None else scheduler.plan(history, budget)
             rnd = run_round(target, plan, history, sampler, rng, cancel)
             if rnd is None:
@@ -182,17 +192,34 @@ def _drive(
                     reason = "eog"
                     break
                 emitted += 1
-                yield from stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)
+                if splitter is None:
+                    yield from stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)
+                else:
+                    for ev in splitter.add_all(stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)):
+                        if ev.part == REASONING:
+                            r_tokens += 1
+                            r_accepted += ev.origin is Origin.DRAFT
+                        yield ev
                 if stream.stopped:
                     reason = "stop_string"
                     break
             generated += emitted
+            if in_reasoning:
+                r_drafted += rnd.drafted
+                r_seconds += time.perf_counter() - t_round
             if emitted != rnd.emitted:
                 rnd.emitted = emitted  # the answer ended inside this round
             yield rnd
             if reason is None and generated >= max_tokens:
                 reason = "max_tokens"
-        yield from stream.finish()
+        if splitter is None:
+            yield from stream.finish()
+        else:
+            for ev in [*splitter.add_all(stream.finish()), *splitter.finish()]:
+                if ev.part == REASONING:
+                    r_tokens += 1
+                    r_accepted += ev.origin is Origin.DRAFT
+                yield ev
         stats = replace(
             stats,
             generated=generated,
@@ -205,8 +232,15 @@ def _drive(
             verify_s=verify_s,
             llama_s=sum(c.decode_seconds for c in clocks) - llama0,
             stop_reason=reason,
+            reasoning_tokens=r_tokens,
+            reasoning_drafted=r_drafted,
+            reasoning_accepted=r_accepted,
+            reasoning_decode_s=r_seconds,
         )
-        yield DoneEvent(stats, stream.text)
+        if splitter is None:
+            yield DoneEvent(stats, stream.text)
+        else:
+            yield DoneEvent(stats, splitter.answer, splitter.reasoning)
     finally:
         if lock is not None:
             lock.release()

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from .chat_template import ChatMessage, render_chat
+from .chat_template import ChatMessage, reasoning_split, render_conversation, thinking_of
 from .compat import check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
@@ -22,7 +23,25 @@ from .events import Event
 from .generation import check_request, generate
 from .gguf_file import read_gguf
 from .model import LoadedModel
+from .reasoning import ReasoningSplit, Thinking, thinking_variables
 from .recurrence import rollback_note
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A conversation made into a prompt by the target's chat template (ModelPair.chat).
+
+    `reasoning`: how the answer to it splits into reasoning and answer, for
+    GenerationConfig.reasoning (None: the model does not think, all of it is the answer).
+    `system_folded`: the template refused a system message, and its text went at the start of
+    the first user message (a front-end says so once). `dropped`: the oldest messages left out
+    to fit the context (chat with `reserve`)."""
+
+    tokens: list[int]
+    reasoning: ReasoningSplit | None = None
+    system_folded: bool = False
+    dropped: int = 0
+    text: str = field(default="", repr=False)  # the rendered prompt
 
 
 class ModelPair:
@@ -33,6 +52,7 @@ class ModelPair:
         # drafting starts informed (they describe the hardware, not the text).
         self.costs = CostModel()
         self._lock = threading.Lock()  # one generation at a time
+        self._thinking: Thinking | None = None  # (found on first use: it renders the template)
 
     @classmethod
     def load(
@@ -98,19 +118,67 @@ class ModelPair:
     def has_chat_template(self) -> bool:
         return self.target.chat_template() is not None
 
-    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+    def _special_texts(self) -> tuple[str, str]:
+        t = self.target
+        bos = t.token_text(t.bos_id) if t.bos_id >= 0 else ""
+        eos = t.token_text(t.eos_id) if t.eos_id >= 0 else ""
+        return bos, eos
+
+    @property
+    def thinking(self) -> Thinking:
+        """What the target's chat template does about thinking: how its reasoning is framed
+        (None: it does not think), whether it has an on/off switch, and its default."""
+        if self._thinking is None:
+            bos, eos = self._special_texts()
+            self._thinking = thinking_of(self.target.chat_template(), bos_token=bos, eos_token=eos)
+        return self._thinking
+
+    def chat_prompt(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        think: bool | None = None,
+        variables: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        return self.chat(messages, think=think, variables=variables).tokens
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        think: bool | None = None,
+        variables: Mapping[str, Any] | None = None,
+        reserve: int | None = None,
+    ) -> ChatPrompt:
+        """The conversation as a prompt, through the target's chat template.
+
+        `think`: thinking on or off for templates with a switch (None: the model's default);
+        `variables`: more for the template (a request's chat_template_kwargs; `think` wins over
+        a switch named there). `reserve`: leave that many tokens of context for the answer,
+        dropping the oldest turns if needed (see chat_prompt_fitting)."""
         template = self.target.chat_template()
         if template is None:
             raise TandemError(
                 f"{Path(self.target.path).name} has no chat template; send plain text with --raw"
             )
-        t = self.target
-        bos = t.token_text(t.bos_id) if t.bos_id >= 0 else ""
-        eos = t.token_text(t.eos_id) if t.eos_id >= 0 else ""
-        text = render_chat(template, messages, bos_token=bos, eos_token=eos)
+        extra = {**(variables or {}), **thinking_variables(think)}
+        if reserve is not None:
+            return self._fitting(template, messages, reserve, extra)
+        return self._render(template, messages, extra)
+
+    def _render(
+        self, template: str, messages: Sequence[ChatMessage], extra: dict[str, Any], *, split: bool = True
+    ) -> ChatPrompt:
+        """`split`: also find how the answer splits (one more render, without the generation
+        prompt: left out while looking for the turns that fit)."""
+        bos, eos = self._special_texts()
+        rendered = render_conversation(template, messages, bos_token=bos, eos_token=eos, variables=extra)
+        text = rendered.text
         # Templates usually write the BOS text themselves; do not add a second one.
         add_special = not (bos and text.startswith(bos))
-        return t.tokenize(text, add_special=add_special, parse_special=True)
+        tokens = self.target.tokenize(text, add_special=add_special, parse_special=True)
+        prompt = ChatPrompt(tokens, None, rendered.system_folded, text=text)
+        return self._split(template, prompt, messages, extra) if split else prompt
 
     def chat_prompt_fitting(self, messages: Sequence[ChatMessage], reserve: int) -> tuple[list[int], int]:
         """The conversation's prompt, leaving `reserve` tokens of context for the answer.
@@ -120,34 +188,47 @@ class ModelPair:
         caller tells the user what was dropped. Raises ContextOverflowError when even the system
         prompt and the latest message alone do not fit.
         """
+        prompt = self.chat(messages, reserve=reserve)
+        return prompt.tokens, prompt.dropped
+
+    def _fitting(
+        self, template: str, messages: Sequence[ChatMessage], reserve: int, extra: dict[str, Any]
+    ) -> ChatPrompt:
         limit = self.context_size - max(0, reserve)
         msgs = list(messages)
         system = msgs[:1] if msgs and msgs[0].role == "system" else []
         turns = msgs[len(system) :]
-        tokens = self.chat_prompt([*system, *turns])
-        if len(tokens) <= limit:
-            return tokens, 0
+        whole = self._render(template, [*system, *turns], extra, split=False)
+        if len(whole.tokens) <= limit:
+            return self._split(template, whole, [*system, *turns], extra)
         # Cut points: where a user turn starts (so a reply never loses its question), and the
         # last message. Dropping more only shortens the prompt: binary-search the smallest cut.
         cuts = [i for i in range(1, len(turns)) if turns[i].role == "user"] or [len(turns) - 1]
         if cuts[-1] != len(turns) - 1:
             cuts.append(len(turns) - 1)
         lo, hi = 0, len(cuts) - 1
-        best: tuple[list[int], int] | None = None
+        best: ChatPrompt | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = self.chat_prompt([*system, *turns[cuts[mid] :]])
-            if len(candidate) <= limit:
-                best, hi = (candidate, cuts[mid]), mid - 1
+            candidate = self._render(template, [*system, *turns[cuts[mid] :]], extra, split=False)
+            if len(candidate.tokens) <= limit:
+                best, hi = replace(candidate, dropped=cuts[mid]), mid - 1
             else:
                 lo = mid + 1
         if best is None:
-            need = len(self.chat_prompt([*system, turns[-1]]))
+            need = len(self._render(template, [*system, turns[-1]], extra, split=False).tokens)
             raise ContextOverflowError(
                 f"the message needs {need:,} tokens but the context holds {self.context_size:,} "
                 f"(with {reserve:,} kept for the answer): shorten it, or use a larger context"
             )
-        return best
+        return self._split(template, best, [*system, *turns[best.dropped :]], extra)
+
+    def _split(
+        self, template: str, prompt: ChatPrompt, messages: Sequence[ChatMessage], extra: dict[str, Any]
+    ) -> ChatPrompt:
+        bos, eos = self._special_texts()
+        how = reasoning_split(template, prompt.text, messages, bos_token=bos, eos_token=eos, variables=extra)
+        return replace(prompt, reasoning=how)
 
     @property
     def context_size(self) -> int:
