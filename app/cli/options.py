@@ -148,6 +148,28 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None
     )
 
 
+def add_think_option(p: argparse.ArgumentParser) -> None:
+    """--think / --no-think: a thinking model's reasoning on or off (default: the model's own)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--think",
+        dest="think",
+        action="store_const",
+        const=True,
+        default=None,
+        help="a thinking model reasons before it answers, where its chat template can be told to "
+        "(default: the model's own choice)",
+    )
+    g.add_argument(
+        "--no-think",
+        dest="think",
+        action="store_const",
+        const=False,
+        help="a thinking model answers without reasoning (enable_thinking=false); one whose template "
+        "cannot be told still reasons, and its reasoning is hidden",
+    )
+
+
 # ------------------------------------------------------------------------------ typed options
 @dataclass(frozen=True)
 class RunOptions:
@@ -238,6 +260,7 @@ def _choices(args: argparse.Namespace) -> Choices:
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         rpc_servers=_servers(args.rpc) or (),
+        think=getattr(args, "think", None),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
-from app.engine import GenerationStats, Origin
+from app.engine import GenerationStats, Origin, PartStats
 from app.session.collect import Outcome
 
 RESET = "\x1b[0m"
@@ -34,19 +34,27 @@ class TokenWriter:
     """Streams an answer's text, coloured by origin, as a generation's outcome grows (see
     app.session.collect).
 
+    A thinking model's reasoning goes to `reasoning_out` (standard error: standard output holds
+    the answer alone, for a pipe or a file), dimmed, and the answer starts on a line of its own
+    after it; `reasoning_out` None: the reasoning is not shown.
+
     Text is written after a round's tokens, but at most every FLUSH_S: a target-alone run makes
     a round per token, and a write to the terminal per token would cost the engine more than a
     token costs to compute on a GPU; text 30 ms late looks the same to a reader."""
 
     FLUSH_S = 0.03
 
-    def __init__(self, out: TextIO, colour: bool) -> None:
+    def __init__(self, out: TextIO, colour: bool, reasoning_out: TextIO | None = None) -> None:
         self.out = out
+        self.reasoning_out = reasoning_out
         self._before = {o: COLOURS[o] if colour else "" for o in Origin}
+        self._dim = {o: DIM + COLOURS[o] if colour else "" for o in Origin}
         self._after = RESET if colour else ""
         self._shown = 0  # tokens of the outcome written so far
         self._written = 0.0
         self._outcome: Outcome | None = None
+        self._reasoned = False  # some reasoning was written (the answer then starts a new line)
+        self._answered = False
 
     def __call__(self, outcome: Outcome) -> None:
         self._outcome = outcome
@@ -58,13 +66,40 @@ class TokenWriter:
     def flush(self) -> None:
         """Write out what is pending (also when a generation ends early: Ctrl+C, an error)."""
         if self._outcome is not None:
-            tokens = self._outcome.tokens
+            tokens = self._outcome.tokens[self._shown :]
             before, after = self._before, self._after
-            self.out.write(
-                "".join(f"{before[t.origin]}{t.text}{after}" for t in tokens[self._shown :] if t.text)
-            )
-            self._shown = len(tokens)
+            if self._answered or not any(t.reasoning for t in tokens):  # (the usual case)
+                self._answer("".join(f"{before[t.origin]}{t.text}{after}" for t in tokens if t.text))
+            else:
+                for t in tokens:
+                    if t.reasoning and self.reasoning_out is not None:
+                        self.reasoning_out.write(f"{self._dim[t.origin]}{t.reasoning}{after}")
+                        self._reasoned = True
+                    if t.text:
+                        self._answer(f"{before[t.origin]}{t.text}{after}")
+            self._shown = len(self._outcome.tokens)
         self.out.flush()
+
+    def _answer(self, text: str) -> None:
+        if not text:
+            return
+        if not self._answered and self._reasoned and self.reasoning_out is not None:
+            self.reasoning_out.write("\n\n")  # the answer starts below the reasoning
+            self.reasoning_out.flush()
+        self._answered = True
+        self.out.write(text)
+
+    @property
+    def reasoning_open(self) -> bool:
+        """Reasoning was written and no answer followed (the run ends inside the reasoning)."""
+        return self._reasoned and not self._answered
+
+
+def _part_line(name: str, p: PartStats, mode: str) -> str:
+    line = f"{name} {p.tokens} tok, {p.tokens_per_s:.1f} tok/s"
+    if mode == "speculative":
+        line += f", acceptance {100 * p.acceptance_rate:.0f}%"
+    return line
 
 
 def legend(enabled: bool, speculative: bool) -> str:
@@ -92,6 +127,8 @@ def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
             parts.append(
                 f"draft {100 * s.draft_s / s.decode_s:.0f}% / verify {100 * s.verify_s / s.decode_s:.0f}%"
             )
+    if s.reasoning_tokens:
+        parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]
     if baseline_tps:
         parts.append(f"speedup {s.decode_tokens_per_s / baseline_tps:.2f}x")
     parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")

@@ -8,7 +8,13 @@ import sys
 import threading
 
 from app.cli.fetch import terminal_fetch
-from app.cli.options import RunOptions, add_generation_options, add_model_options, run_options
+from app.cli.options import (
+    RunOptions,
+    add_generation_options,
+    add_model_options,
+    add_think_option,
+    run_options,
+)
 from app.cli.process import interrupt_sets, peak_rss_bytes
 from app.cli.render import TokenWriter, legend, stats_line
 from app.engine import ModelPair, TandemError
@@ -16,7 +22,13 @@ from app.session.choices import generation_config, load_options
 from app.session.collect import collect, outcome_json
 from app.session.drafting import no_draft_note
 from app.session.pairs import DraftNeeds, resolve_pair
-from app.session.prompts import pair_notes, text_prompt
+from app.session.prompts import (
+    build_text,
+    pair_notes,
+    system_folded_note,
+    thinking_note,
+    with_reasoning,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +42,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--baseline", action="store_true", help="run the target alone (no draft)")
     p.add_argument("--raw", action="store_true", help="send PROMPT as plain text, without the chat template")
     p.add_argument("--system", metavar="TEXT", help="system prompt (chat mode)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    add_think_option(p)
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object instead of streaming (a thinking model\'s reasoning in "reasoning")',
+    )
     p.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -85,11 +102,20 @@ def run(opts: RunOptions) -> int:
             print(f"note: {note}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
-        prompt = text_prompt(pair, text, raw=opts.raw, system=opts.system)
+        chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)
+        prompt, cfg = chat.tokens, with_reasoning(cfg, chat)
+        if not opts.raw:
+            notes = [thinking_note(pair, choices.think)]
+            notes.append(system_folded_note(pair) if chat.system_folded else None)
+            for note in filter(None, notes):
+                print(f"note: {note}", file=sys.stderr)
         cancel = threading.Event()
         if not opts.json:
             print(legend(colour, speculative), file=sys.stderr)
-        writer = None if opts.json else TokenWriter(sys.stdout, colour)
+        # The reasoning is shown (on standard error, dimmed) unless thinking was turned off and
+        # the model reasons anyway (its template has no switch).
+        shown = None if choices.think is False else sys.stderr
+        writer = None if opts.json else TokenWriter(sys.stdout, colour, shown)
         try:
             with interrupt_sets(cancel):
                 out = collect(pair.generate(prompt, cfg, speculative=speculative, cancel=cancel), writer)
@@ -105,6 +131,7 @@ def run(opts: RunOptions) -> int:
                 "drafter": out.stats.drafter,
                 "p_min": cfg.p_min,
                 "context": pair.context_size,
+                "think": choices.think,  # null: the model's default
             }
             files = [pair.target] + ([pair.draft] if pair.draft else [])
             result["memory"] = {
@@ -114,6 +141,8 @@ def run(opts: RunOptions) -> int:
             }
             print(json.dumps(result, ensure_ascii=False))
         else:
+            if writer is not None and writer.reasoning_open:
+                sys.stderr.write("\n")  # (the reasoning did not end with an answer below it)
             sys.stdout.write("\n")
             sys.stdout.flush()
             print(stats_line(out.stats), file=sys.stderr)

@@ -8,7 +8,13 @@ import os
 import sys
 
 from app.cli.fetch import terminal_fetch
-from app.cli.options import ServeOptions, add_generation_options, add_model_options, serve_options
+from app.cli.options import (
+    ServeOptions,
+    add_generation_options,
+    add_model_options,
+    add_think_option,
+    serve_options,
+)
 from app.engine import ModelPair, TandemError
 from app.session.choices import load_options
 from app.session.drafting import drafted_by
@@ -29,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     add_model_options(p)
     add_generation_options(p, max_tokens=None)
+    add_think_option(p)  # the default; a request's chat_template_kwargs decide for it
     p.add_argument("--baseline", action="store_true", help="serve the target alone (no draft)")
     g = p.add_argument_group("server")
     g.add_argument(

@@ -22,10 +22,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
-from app.engine import DoneEvent, GenerationStats, ModelPair, TandemError, TokenEvent
+from app.engine import (
+    ChatPrompt,
+    DoneEvent,
+    GenerationStats,
+    ModelPair,
+    ReasoningSplit,
+    TandemError,
+    TokenEvent,
+)
 from app.engine.errors import ContextOverflowError
 from app.session.choices import Choices, generation_config
-from app.session.prompts import chat_prompt
+from app.session.prompts import build_chat, system_folded_note
 
 from .chunks import DONE, Answer, Kind, sse
 from .errors import (
@@ -56,6 +64,7 @@ class ServeSettings:
 
 def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
     slot = Slot(pair, settings.max_waiting)
+    told: set[str] = set()  # notes logged once per server
     app = FastAPI(title="Tandem", version=__version__, docs_url="/docs", redoc_url=None)
     app.state.slot = slot
     app.add_exception_handler(ApiError, api_error_handler)
@@ -131,8 +140,18 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         body.unsupported()
         check_model(body.model)
         messages = body.chat_messages()
-        prompt = await _prompt(lambda: chat_prompt(pair, messages), "messages")
-        return await answer(request, "chat", prompt, body.request_choices(settings.choices), body)
+        think = body.think(settings.choices.think)
+        variables = body.chat_template_kwargs
+
+        def build() -> ChatPrompt:
+            return build_chat(pair, messages, think=think, variables=variables)
+
+        chat = await _prompt(build, "messages")
+        if chat.system_folded and "system" not in told:
+            told.add("system")
+            log.warning("%s", system_folded_note(pair))
+        choices = body.request_choices(settings.choices)
+        return await answer(request, "chat", chat.tokens, choices, body, chat.reasoning)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -141,8 +160,8 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         text = body.text
         if not text:
             raise bad_request("the prompt is empty", param="prompt")
-        prompt = await _prompt(lambda: pair.raw_prompt(text), "prompt")
-        return await answer(request, "text", prompt, body.request_choices(settings.choices), body)
+        prompt = await _prompt(lambda: ChatPrompt(pair.raw_prompt(text)), "prompt")
+        return await answer(request, "text", prompt.tokens, body.request_choices(settings.choices), body)
 
     async def answer(
         request: Request,
@@ -150,10 +169,11 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         prompt: Sequence[int],
         choices: Choices,
         body: ChatCompletionRequest | CompletionRequest,
+        reasoning: ReasoningSplit | None = None,
     ) -> Response:
         if choices.max_tokens is None:  # not asked for, here or by the server: until the context is full
             choices = replace(choices, max_tokens=pair.context_size)
-        config = generation_config(choices, settings.spec)
+        config = replace(generation_config(choices, settings.spec), reasoning=reasoning)
         try:  # refused now, not after waiting for the pair: the engine's own checks
             pair.check_request(prompt, config, speculative=settings.speculative)
         except ContextOverflowError as exc:
@@ -174,7 +194,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
     return app
 
 
-async def _prompt(build: Callable[[], list[int]], param: str) -> list[int]:
+async def _prompt(build: Callable[[], ChatPrompt], param: str) -> ChatPrompt:
     """Render and tokenize off the event loop (a long history takes milliseconds)."""
     try:
         return await run_in_threadpool(build)
@@ -244,14 +264,14 @@ async def _whole(request: Request, gen: Generation, frame: Answer) -> Response:
     watch = asyncio.ensure_future(_cancel_when_gone(request, gen))
     tokens: list[TokenEvent] = []
     stats: GenerationStats | None = None
-    text = ""
+    text = reasoning = ""
     try:
         async for batch in gen.batches():
             for ev in batch:
                 if type(ev) is TokenEvent:
                     tokens.append(ev)
                 elif isinstance(ev, DoneEvent):
-                    stats, text = ev.stats, ev.text
+                    stats, text, reasoning = ev.stats, ev.text, ev.reasoning
     except TandemError as exc:
         raise ApiError(500, str(exc), type="server_error") from None
     finally:
@@ -261,7 +281,7 @@ async def _whole(request: Request, gen: Generation, frame: Answer) -> Response:
     if stats is None or stats.stop_reason == "cancelled":
         # The client left (nobody reads this) or the server is stopping.
         raise _shutdown_error()
-    return JSONResponse(frame.whole(text, tokens, stats))
+    return JSONResponse(frame.whole(text, tokens, stats, reasoning))
 
 
 async def _cancel_when_gone(request: Request, gen: Generation) -> None:

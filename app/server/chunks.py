@@ -7,6 +7,9 @@ plain clients ignore.
   target's extra token after a fully accepted draft).
 * The usage (a whole answer's, or the last chunk's when the stream asked for
   `stream_options.include_usage`) carries `tandem`: how the answer was drafted and how well.
+* A thinking model's reasoning is `message.reasoning_content` (`delta.reasoning_content` in
+  chunks), apart from the answer in `content`, as llama-server, vLLM and DeepSeek return it;
+  `usage.completion_tokens_details.reasoning_tokens` counts its tokens.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.engine import GenerationStats, TokenEvent
+from app.engine import GenerationStats, PartStats, TokenEvent
 from app.engine.events import StopReason
+from app.session.collect import token_json
 
 Kind = Literal["chat", "text"]
 
@@ -37,7 +41,7 @@ def finish_reason(reason: StopReason) -> str:
 
 
 def token_origins(tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
-    return [{"id": t.id, "text": t.text, "origin": t.origin.value} for t in tokens]
+    return [token_json(t) for t in tokens]
 
 
 def usage(stats: GenerationStats) -> dict[str, Any]:
@@ -47,6 +51,7 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
         "total_tokens": stats.prompt_tokens + stats.generated,
         # What the KV cache already held from the previous request (the common prefix).
         "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prefill_tokens},
+        "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens},
         "tandem": {
             "mode": stats.mode,
             "drafter": stats.drafter,
@@ -62,7 +67,20 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
             "prefill_tokens": stats.prefill_tokens,
             "prefill_s": round(stats.prefill_s, 4),
             "stop_reason": stats.stop_reason,
+            # Drafting in the reasoning and in the answer apart (a thinking model's).
+            "reasoning": _part(stats.reasoning),
+            "answer": _part(stats.answer),
         },
+    }
+
+
+def _part(p: PartStats) -> dict[str, Any]:
+    return {
+        "tokens": p.tokens,
+        "drafted": p.drafted,
+        "accepted": p.accepted,
+        "acceptance_rate": round(p.acceptance_rate, 4),
+        "decode_tokens_per_s": round(p.tokens_per_s, 2),
     }
 
 
@@ -84,7 +102,9 @@ class Answer:
         return {"id": self.id, "object": object_, "created": self.created, "model": self.model}
 
     # ------------------------------------------------------------------ a whole answer
-    def whole(self, text: str, tokens: Sequence[TokenEvent], stats: GenerationStats) -> dict[str, Any]:
+    def whole(
+        self, text: str, tokens: Sequence[TokenEvent], stats: GenerationStats, reasoning: str = ""
+    ) -> dict[str, Any]:
         choice: dict[str, Any] = {
             "index": 0,
             "logprobs": None,
@@ -92,6 +112,8 @@ class Answer:
         }
         if self.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
+            if reasoning:
+                choice["message"]["reasoning_content"] = reasoning
             body = self._frame("chat.completion")
         else:
             choice["text"] = text
@@ -102,12 +124,16 @@ class Answer:
         return body
 
     # ------------------------------------------------------------------ streamed chunks
-    def _chunk(self, delta_text: str | None, finish: str | None, *, role: bool = False) -> dict[str, Any]:
+    def _chunk(
+        self, delta_text: str | None, finish: str | None, *, role: bool = False, reasoning: str = ""
+    ) -> dict[str, Any]:
         if self.kind == "chat":
             delta: dict[str, Any] = {}
             if role:
                 delta["role"] = "assistant"
-            if delta_text is not None:
+            if reasoning:
+                delta["reasoning_content"] = reasoning
+            if delta_text is not None and (delta_text or not reasoning):
                 delta["content"] = delta_text
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             body = self._frame("chat.completion.chunk")
@@ -122,7 +148,9 @@ class Answer:
         return sse(self._chunk("", None, role=True)) if self.kind == "chat" else None
 
     def tokens(self, tokens: Sequence[TokenEvent]) -> str:
-        body = self._chunk("".join(t.text for t in tokens), None)
+        body = self._chunk(
+            "".join(t.text for t in tokens), None, reasoning="".join(t.reasoning for t in tokens)
+        )
         body["tandem"] = {"tokens": token_origins(tokens)}
         return sse(body)
 

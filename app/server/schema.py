@@ -10,12 +10,15 @@ what was asked for. Other fields are ignored, as OpenAI-compatible servers do.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.engine import ChatMessage
+from app.engine.chat_template import RESERVED_VARIABLES
+from app.engine.reasoning import think_from_variables
 from app.session.choices import Choices
 
 from .errors import bad_request
@@ -33,6 +36,9 @@ class Message(BaseModel):
     # A string, or a list of content parts of which only text ones are supported (checked
     # here rather than by a union type, whose errors would name each member of the union).
     content: Any = None
+    # An earlier answer's reasoning, as this server (and llama-server, vLLM, DeepSeek) returns
+    # it: the chat template keeps or drops it as it was written to.
+    reasoning_content: str | None = None
 
     @field_validator("content")
     @classmethod
@@ -53,7 +59,8 @@ class Message(BaseModel):
         if isinstance(content, list):
             content = "".join(str(part["text"]) for part in content)
         role = "system" if self.role == "developer" else self.role
-        return ChatMessage(role, content or "")
+        reasoning = self.reasoning_content if role == "assistant" else None
+        return ChatMessage(role, content or "", reasoning or "")
 
 
 class _Sampling(BaseModel):
@@ -123,11 +130,51 @@ class _Sampling(BaseModel):
         )
 
 
+# chat_template_kwargs: variables for the chat template, as llama-server and vLLM take them
+# ({"enable_thinking": false}). Small and simple: a template is code, and these are its input.
+MAX_TEMPLATE_KWARGS = 16
+MAX_TEMPLATE_KWARG_CHARS = 1024
+
+
+def _check_template_kwargs(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ValueError('must be a JSON object of template variables, e.g. {"enable_thinking": false}')
+    if len(v) > MAX_TEMPLATE_KWARGS:
+        raise ValueError(f"at most {MAX_TEMPLATE_KWARGS} variables")
+    for key, value in v.items():
+        if not (isinstance(key, str) and key.isidentifier() and key.isascii() and len(key) <= 64):
+            raise ValueError(f"{str(key)[:64]!r} is not a variable name (letters, digits and _)")
+        if key in RESERVED_VARIABLES:
+            raise ValueError(f"{key!r} is set by the server and cannot be given")
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            raise ValueError(f"{key!r} must be a string, number, boolean or null")
+        if isinstance(value, str) and len(value) > MAX_TEMPLATE_KWARG_CHARS:
+            raise ValueError(f"{key!r} is longer than {MAX_TEMPLATE_KWARG_CHARS} characters")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{key!r} must be a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+            raise ValueError(f"{key!r} is too large a number")
+    return v
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)  # the newer name of max_tokens
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
+    chat_template_kwargs: Any = None  # checked by _template_kwargs (one sentence per problem)
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, v: Any) -> dict[str, Any] | None:
+        return _check_template_kwargs(v)
+
+    def think(self, default: bool | None) -> bool | None:
+        """Thinking on or off: what chat_template_kwargs ask for, else the server's default."""
+        asked = think_from_variables(self.chat_template_kwargs or {})
+        return asked if asked is not None else default
 
     def unsupported(self) -> None:
         super().unsupported()

@@ -37,6 +37,9 @@ class Choices:
     n_threads: int | None = None
     # rpc-server endpoints for the target (HOST:PORT each); empty: it runs on this machine.
     rpc_servers: tuple[str, ...] = ()
+    # A thinking model: think (True) or not (False) where its chat template has a switch;
+    # None: the model's default. Used when the prompt is built (prompts.py), not by the engine.
+    think: bool | None = None
 
     def validate(self) -> None:
         """Raise TandemError with one sentence naming the first bad value (NaN included)."""

@@ -25,7 +25,13 @@ class Outcome:
 
     @property
     def text(self) -> str:
+        """The answer (a thinking model's reasoning apart: `reasoning`)."""
         return self.done.text if self.done is not None else "".join(t.text for t in self.tokens)
+
+    @property
+    def reasoning(self) -> str:
+        """A thinking model's reasoning, without its tags ("" for the others)."""
+        return self.done.reasoning if self.done is not None else "".join(t.reasoning for t in self.tokens)
 
     @property
     def stats(self) -> GenerationStats:
@@ -58,10 +64,21 @@ def collect(events: Iterable[Event], on_round: Callable[[Outcome], None] | None 
     return out
 
 
+def token_json(t: TokenEvent) -> dict[str, Any]:
+    """A token as JSON: its id, its text in the answer, who produced it, the part it counts for,
+    and its text in the reasoning when it has some (`tandem run --json`, the server)."""
+    entry: dict[str, Any] = {"id": t.id, "text": t.text, "origin": t.origin.value, "part": t.part}
+    if t.reasoning:
+        entry["reasoning"] = t.reasoning
+    return entry
+
+
 def outcome_json(out: Outcome) -> dict[str, Any]:
-    """The answer, every token with its origin, and the stats (`tandem run --json`)."""
+    """The answer, the reasoning beside it, every token with its origin and part, and the stats
+    (`tandem run --json`)."""
     return {
         "text": out.text,
-        "tokens": [{"id": t.id, "text": t.text, "origin": t.origin.value} for t in out.tokens],
+        "reasoning": out.reasoning,
+        "tokens": [token_json(t) for t in out.tokens],
         "stats": out.stats.to_dict(),
     }
