@@ -527,7 +527,10 @@ def thinking_of(template: str | None, *, bos_token: str, eos_token: str) -> Thin
             return None
 
     for probe in _PROBES:
-        on, off, default = prompt(probe, True), prompt(probe, False), prompt(probe, None)
-        if on is not None and off is not None and on != off:
+        on = prompt(probe, True)
+        if on is None:  # a template that fails (or is too slow) is not asked six times
+            break
+        off, default = prompt(probe, False), prompt(probe, None)
+        if off is not None and on != off:
             return Thinking(fmt, switch=True, default_on=default == on if default is not None else None)
     return Thinking(fmt)
