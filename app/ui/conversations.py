@@ -73,6 +73,7 @@ _STATS_FIELDS: dict[str, Callable[[object], bool]] = {
     "tokens_per_s": _is_amount,
     "acceptance": _is_amount,
     "tokens_per_round": _is_amount,
+    "reasoning_tokens": _is_count,
 }
 
 
@@ -136,9 +137,16 @@ class Turn:
     content: str
     spans: list[list[Any]] = field(default_factory=list)  # assistant answers: origins
     stats: dict[str, Any] = field(default_factory=dict)  # assistant answers: a stats summary
+    # A reasoning model's thinking before the answer (kept, shown folded; templates decide
+    # whether later turns see it), with its origins like the answer's.
+    reasoning: str = ""
+    reasoning_spans: list[list[Any]] = field(default_factory=list)
 
     def pieces(self) -> list[tuple[str, Origin]]:
         return decode_spans(self.content, self.spans)
+
+    def reasoning_pieces(self) -> list[tuple[str, Origin]]:
+        return decode_spans(self.reasoning, self.reasoning_spans)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -146,6 +154,10 @@ class Turn:
             d["spans"] = self.spans
         if self.stats:
             d["stats"] = self.stats
+        if self.reasoning:
+            d["reasoning"] = self.reasoning
+            if self.reasoning_spans:
+                d["reasoning_spans"] = self.reasoning_spans
         return d
 
     @classmethod
@@ -155,11 +167,12 @@ class Turn:
             return None
         role, content = d.get("role"), d.get("content")
         spans, stats = d.get("spans", []), d.get("stats", {})
-        if role not in ("user", "assistant") or not _is_text(content):
+        reasoning, reasoning_spans = d.get("reasoning", ""), d.get("reasoning_spans", [])
+        if role not in ("user", "assistant") or not _is_text(content) or not _is_text(reasoning):
             return None
-        if not _valid_spans(spans) or not _valid_stats(stats):
+        if not _valid_spans(spans) or not _valid_stats(stats) or not _valid_spans(reasoning_spans):
             return None
-        return cls(role, content, spans, stats)
+        return cls(role, content, spans, stats, reasoning, reasoning_spans)
 
 
 def new_id() -> str:
@@ -173,6 +186,8 @@ class Conversation:
     system_prompt: str = ""
     turns: list[Turn] = field(default_factory=list)
     pair: str = ""  # display name of the pair used last
+    # Thinking on or off for this chat (F5); None: the setting's choice.
+    think: bool | None = None
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -187,7 +202,8 @@ class Conversation:
     def messages(self, pending_user: str | None = None) -> list[ChatMessage]:
         """The conversation as chat-template messages (the system prompt first, if any)."""
         msgs = [ChatMessage("system", self.system_prompt)] if self.system_prompt.strip() else []
-        msgs += [ChatMessage(t.role, t.content) for t in self.turns]
+        # Earlier answers' reasoning goes with them: each template keeps or drops it as written.
+        msgs += [ChatMessage(t.role, t.content, t.reasoning) for t in self.turns]
         if pending_user is not None:
             msgs.append(ChatMessage("user", pending_user))
         return msgs
@@ -201,6 +217,7 @@ class Conversation:
             "updated": self.updated,
             "system_prompt": self.system_prompt,
             "turns": [t.to_json() for t in self.turns],
+            **({} if self.think is None else {"think": self.think}),
         }
 
     @classmethod
@@ -212,14 +229,14 @@ class Conversation:
         conv_id, version = d.get("id"), d.get("version", 1)
         system_prompt, pair = d.get("system_prompt", ""), d.get("pair", "")
         created, updated = d.get("created", 0.0), d.get("updated", 0.0)
-        raw_turns = d.get("turns", [])
+        raw_turns, think = d.get("turns", []), d.get("think")
         if not (_is_text(conv_id) and _safe_name(conv_id)) or not (_is_count(version) and version >= 1):
             return None
         if not (
             _is_text(system_prompt) and _is_text(pair) and _is_timestamp(created) and _is_timestamp(updated)
         ):
             return None
-        if not isinstance(raw_turns, list):
+        if not isinstance(raw_turns, list) or not (think is None or isinstance(think, bool)):
             return None
         turns = [Turn.from_json(x) for x in raw_turns]
         if any(t is None for t in turns):  # a turn dropped now would be lost at the next save
@@ -229,6 +246,7 @@ class Conversation:
             system_prompt=system_prompt,
             turns=[t for t in turns if t is not None],
             pair=pair,
+            think=think,
             created=float(created),
             updated=float(updated),
         )

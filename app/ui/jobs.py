@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.engine import Event, GenerationConfig, ModelPair, TandemError
+from app.engine import ChatPrompt, Event, GenerationConfig, ModelPair, TandemError
 from app.session.pairs import PairRef
+from app.session.prompts import with_reasoning
 
 
 class LoadedPair:
@@ -83,7 +84,7 @@ class GenerationJob:
     def __init__(
         self,
         loaded: LoadedPair,
-        prompt: Callable[[ModelPair], Sequence[int]],
+        prompt: Callable[[ModelPair], ChatPrompt],
         config: GenerationConfig,
         *,
         speculative: bool,
@@ -94,6 +95,7 @@ class GenerationJob:
         self.loaded = loaded
         self.build_prompt = prompt  # called in the worker, under the lock (tokenizing is work too)
         self.prompt_tokens: list[int] = []
+        self.prompt: ChatPrompt | None = None  # once built: how the answer splits, notes
         self.config = config
         self.speculative = speculative
         self.cancel = threading.Event()
@@ -106,9 +108,12 @@ class GenerationJob:
                 if self.loaded.closed:
                     raise TandemError("the model pair was unloaded; load a pair to continue")
                 push = self.buffer.push
-                self.prompt_tokens = list(self.build_prompt(self.loaded.pair))
+                self.prompt = prompt = self.build_prompt(self.loaded.pair)
+                self.prompt_tokens = list(prompt.tokens)
+                # A thinking model's answer is split as its template frames the reasoning.
+                config = with_reasoning(self.config, prompt)
                 for ev in self.loaded.pair.generate(
-                    self.prompt_tokens, self.config, speculative=self.speculative, cancel=self.cancel
+                    self.prompt_tokens, config, speculative=self.speculative, cancel=self.cancel
                 ):
                     push(ev)
         except Exception as exc:  # the chat must always learn that the answer ended

@@ -5,7 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine import DoneEvent, Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent
+from app.engine import (
+    DoneEvent,
+    Event,
+    GenerationStats,
+    Origin,
+    Part,
+    PrefillEvent,
+    RoundEvent,
+    StartEvent,
+    TokenEvent,
+)
+
+
+@dataclass
+class PartCounts:
+    """A thinking model's reasoning or its answer, counted as it streams: drafts are often
+    accepted at a different rate in each."""
+
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0  # the decode time of the rounds that started in this part
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.tokens and self.seconds > 0 else None
 
 
 @dataclass
@@ -31,9 +60,28 @@ class LiveStats:
     mtp_rounds: int = 0  # drafted by the target's own heads
     per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
     final: GenerationStats | None = None
+    # A thinking model's reasoning and answer apart (the reasoning's stays empty for others).
+    reasoning: PartCounts = field(default_factory=PartCounts)
+    answer: PartCounts = field(default_factory=PartCounts)
+    _round_part: Part | None = None  # the part this round's first token counts for
+
+    def part(self, name: Part) -> PartCounts:
+        return self.reasoning if name == "reasoning" else self.answer
 
     def feed(self, t: float, ev: Event) -> None:
-        if isinstance(ev, RoundEvent):
+        if isinstance(ev, TokenEvent):
+            # A round's tokens come before its RoundEvent; the round counts for the part it
+            # started in (as the engine's GenerationStats does).
+            if self._round_part is None:
+                self._round_part = ev.part
+            counts = self.part(ev.part)
+            counts.tokens += 1
+            counts.accepted += ev.origin is Origin.DRAFT
+        elif isinstance(ev, RoundEvent):
+            counts = self.part(self._round_part or "answer")
+            counts.drafted += ev.drafted
+            counts.seconds += max(0.0, t - self.t_last)
+            self._round_part = None
             self.rounds += 1
             self.drafted += ev.drafted
             self.accepted += ev.accepted
@@ -51,6 +99,19 @@ class LiveStats:
             self.start = ev
         elif isinstance(ev, DoneEvent):
             self.final = ev.stats
+
+    def parts(self) -> tuple[PartCounts, PartCounts] | None:
+        """(reasoning, answer) of a thinking model's answer, the engine's own figures once it
+        ended; None when there was no reasoning."""
+        if self.final is not None:
+            if not self.final.reasoning_tokens:
+                return None
+            r, a = self.final.reasoning, self.final.answer
+            return (
+                PartCounts(r.tokens, r.drafted, r.accepted, r.decode_s),
+                PartCounts(a.tokens, a.drafted, a.accepted, a.decode_s),
+            )
+        return (self.reasoning, self.answer) if self.reasoning.tokens else None
 
     @property
     def tokens_per_s(self) -> float:
@@ -70,7 +131,7 @@ class LiveStats:
 
 def stats_summary(s: GenerationStats) -> dict[str, Any]:
     """What a saved answer remembers about how it was produced."""
-    return {
+    summary: dict[str, Any] = {
         "mode": s.mode,
         "tokens_per_s": round(s.decode_tokens_per_s, 2),
         "generated": s.generated,
@@ -79,3 +140,6 @@ def stats_summary(s: GenerationStats) -> dict[str, Any]:
         "prefill_tokens": s.prefill_tokens,
         "stop_reason": s.stop_reason,
     }
+    if s.reasoning_tokens:
+        summary["reasoning_tokens"] = s.reasoning_tokens
+    return summary

@@ -65,6 +65,9 @@ class Settings:
     # string); empty: the target runs on this machine.
     rpc_servers: str = ""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # A thinking model: think before answering (True) or not (False) where its chat template
+    # has a switch; None: the model's own default. Each chat can override it (F5).
+    think: bool | None = None
 
     def choices(self) -> Choices:
         return Choices(
@@ -83,6 +86,7 @@ class Settings:
             n_gpu_layers=self.n_gpu_layers,
             n_threads=self.n_threads,
             rpc_servers=tuple(s.strip() for s in self.rpc_servers.split(",") if s.strip()),
+            think=self.think,
         )
 
     def validate(self) -> None:
@@ -120,6 +124,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "n_threads": (int,),
     "rpc_servers": (str,),
     "system_prompt": (str,),
+    "think": (bool,),
 }
 assert set(_TYPES) == {f.name for f in fields(Settings)}
 

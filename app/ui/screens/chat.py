@@ -22,14 +22,15 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import Footer, Header, Input, Static
 
-from app.engine import DoneEvent
-from app.session.prompts import FittingChatPrompt
+from app.engine import ChatPrompt, DoneEvent, ModelPair
+from app.session.prompts import FittingChatPrompt, system_folded_note, thinking_note
 from app.ui.conversations import Conversation, Turn, encode_spans
 from app.ui.jobs import GenerationJob, JobFailed
 from app.ui.live_stats import LiveStats, stats_summary
 from app.ui.screens.streaming import StreamingScreen, take_events
 from app.ui.widgets.chat_log import AnswerView, ChatLog, Note, UserTurn
 from app.ui.widgets.stats import Legend, StatsPanel, StatsView
+from app.ui.widgets.token_text import Piece
 from app.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ class ChatScreen(StreamingScreen):
         Binding("ctrl+y", "copy_answer", "Copy", show=False),
         Binding("ctrl+o", "open_chats", "Chats", show=False),
         Binding("ctrl+g", "edit_system", "System", show=False),
+        # A thinking model: open or fold the last answer's reasoning; thinking on/off this chat.
+        Binding("ctrl+l", "toggle_thinking", "Thinking", show=False),
+        Binding("f5", "toggle_think", "Think on/off", show=False),
     ]
 
     DEFAULT_CSS = """
@@ -80,6 +84,7 @@ class ChatScreen(StreamingScreen):
         self._pending_user: UserTurn | None = None
         self._failed = False
         self._prompt: FittingChatPrompt | None = None
+        self._folded_noted = False  # "the template takes no system prompt" said once per chat
 
     @property
     def tandem(self) -> TandemApp:
@@ -150,6 +155,7 @@ class ChatScreen(StreamingScreen):
         else:
             cfg = app.generation_config()
             k_max, adaptive, drafter = cfg.k_max, cfg.drafts_adaptively, cfg.drafter
+        parts = live.parts()
         return StatsView(
             pair=app.loaded.ref.label if app.loaded else "",
             state=self._state_text(),
@@ -172,6 +178,8 @@ class ChatScreen(StreamingScreen):
             generated=live.generated if started else 0,
             stop_reason=final.stop_reason if final else "",
             per_round=live.per_round,
+            reasoning=parts[0] if parts else None,
+            answer=parts[1] if parts else None,
         )
 
     def update_stats(self, force: bool = False) -> None:
@@ -232,7 +240,13 @@ class ChatScreen(StreamingScreen):
         self.conv.pair = app.loaded.ref.label
         self.live = LiveStats()
         self._failed = False
-        self._prompt = prompt = FittingChatPrompt(messages, app.settings.max_tokens)
+        self._prompt = fitting = FittingChatPrompt(messages, app.settings.max_tokens, think=self.think)
+
+        def prompt(pair: ModelPair) -> ChatPrompt:
+            fitting(pair)
+            assert fitting.prompt is not None  # set by the call
+            return fitting.prompt
+
         job = GenerationJob(
             app.loaded,
             prompt,
@@ -254,12 +268,22 @@ class ChatScreen(StreamingScreen):
         self.query_one("#prompt", Input).cursor_blink = not quiet
 
     # ------------------------------------------------------------------ streaming
+    @property
+    def think(self) -> bool | None:
+        """Thinking on or off for this chat: its own toggle (F5), else the setting (None: the
+        model's default)."""
+        return self.conv.think if self.conv.think is not None else self.tandem.settings.think
+
     def show_events(self, job: GenerationJob) -> None:
-        pieces, done, failed = take_events(job, self.live)
+        reasoning: list[Piece] = []
+        pieces, done, failed = take_events(job, self.live, reasoning=reasoning)
         log = self.log_view
         follow = log.near_end
-        if pieces and self.answer is not None:
-            self.answer.append(pieces)
+        if self.answer is not None:
+            if reasoning:
+                self.answer.append_reasoning(reasoning)
+            if pieces:
+                self.answer.append(pieces)
         if done is not None:
             self._finish(done)
         elif failed is not None:
@@ -283,11 +307,25 @@ class ChatScreen(StreamingScreen):
                 ),
                 before=answer,
             )
+        prompt = self.job.prompt if self.job is not None else None
+        if prompt is not None and prompt.system_folded and not self._folded_noted and loaded is not None:
+            self._folded_noted = True
+            self.log_view.mount(Note(system_folded_note(loaded.pair) + "."), before=answer)
         summary = stats_summary(done.stats)
         if answer is not None:
             answer.finish(summary)
             spans = encode_spans(answer.tokens.pieces)
-            self.conv.turns.append(Turn("assistant", done.text, spans, summary))
+            thinking = answer.thinking
+            self.conv.turns.append(
+                Turn(
+                    "assistant",
+                    done.text,
+                    spans,
+                    summary,
+                    reasoning=done.reasoning,
+                    reasoning_spans=encode_spans(thinking.pieces) if thinking is not None else [],
+                )
+            )
         self.job = None
         self.answer = None
         self._pending_user = None
@@ -320,17 +358,24 @@ class ChatScreen(StreamingScreen):
         job, answer = self.job, self.answer
         if job is None:
             return
-        new_pieces, done, _ = take_events(job, self.live)
+        new_reasoning: list[Piece] = []
+        new_pieces, done, _ = take_events(job, self.live, reasoning=new_reasoning)
         pieces = (list(answer.tokens.pieces) if answer is not None else []) + new_pieces
+        thought = (
+            list(answer.thinking.pieces) if answer is not None and answer.thinking is not None else []
+        ) + new_reasoning
         self.job = None
         self.answer = None
         text = done.text if done is not None else "".join(t for t, _ in pieces)
-        if text:
+        reasoning = done.reasoning if done is not None else "".join(t for t, _ in thought)
+        if text or reasoning:
             summary: dict[str, Any] = (
-                stats_summary(done.stats) if done is not None else {"generated": len(pieces)}
+                stats_summary(done.stats) if done is not None else {"generated": len(pieces) + len(thought)}
             )
             summary["stop_reason"] = "app closed"
-            self.conv.turns.append(Turn("assistant", text, encode_spans(pieces), summary))
+            self.conv.turns.append(
+                Turn("assistant", text, encode_spans(pieces), summary, reasoning, encode_spans(thought))
+            )
         self._pending_user = None
         self.tandem.save_conversation(self.conv)
 
@@ -377,6 +422,7 @@ class ChatScreen(StreamingScreen):
     def load_conversation(self, conv: Conversation) -> None:
         self._detach_job()
         self.conv = conv
+        self._folded_noted = False
         self.live = LiveStats()
         log = self.log_view
         log.remove_children()
@@ -385,7 +431,9 @@ class ChatScreen(StreamingScreen):
             if turn.role == "user":
                 widgets.append(UserTurn(turn.content))
             else:
-                view = AnswerView(turn.pieces(), colour=self.colour, finished=True)
+                view = AnswerView(
+                    turn.pieces(), colour=self.colour, finished=True, reasoning=turn.reasoning_pieces()
+                )
                 view.finish(turn.stats)
                 widgets.append(view)
         if widgets:
@@ -430,3 +478,22 @@ class ChatScreen(StreamingScreen):
 
     def action_edit_system(self) -> None:
         self.query_one("#system", Input).focus()
+
+    def action_toggle_thinking(self) -> None:
+        """Open or fold the reasoning of the latest answer that has some."""
+        for view in reversed(list(self.log_view.query(AnswerView))):
+            if view.toggle_thinking():
+                return
+        self.notify("No answer here has a thinking section.", markup=False)
+
+    def action_toggle_think(self) -> None:
+        """Thinking on or off for this chat (from the next answer); the setting is the default."""
+        loaded = self.tandem.loaded
+        thinking = loaded.pair.thinking if loaded is not None else None
+        current = self.think
+        if current is None:  # the model's default: what it does unless told
+            current = bool(thinking.default_on) if thinking is not None and thinking.thinks else True
+        self.conv.think = not current
+        line = f"Thinking {'on' if self.conv.think else 'off'} for this chat, from the next answer."
+        note = thinking_note(loaded.pair, self.conv.think) if loaded is not None else None
+        self.notify(f"{line} {note}." if note else line, markup=False)

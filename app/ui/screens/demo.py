@@ -19,13 +19,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Input, Static
 
 from app.engine import GenerationStats
-from app.session.prompts import text_prompt
+from app.session.prompts import build_text
 from app.ui.jobs import GenerationJob
 from app.ui.live_stats import LiveStats
 from app.ui.screens.streaming import StreamingScreen, take_events
 from app.ui.speed import measured
 from app.ui.widgets.chat_log import STREAM_HEADROOM
-from app.ui.widgets.token_text import TokenText
+from app.ui.widgets.thinking import ThinkingView
+from app.ui.widgets.token_text import Piece, TokenText
 from app.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class DemoPane(Vertical):
         self.scroll = VerticalScroll()
         self.ids: list[int] = []
         self.live = LiveStats()
+        self.thinking: ThinkingView | None = None  # a thinking model's reasoning, above its answer
 
     def compose(self) -> ComposeResult:
         yield self.speed
@@ -73,9 +75,29 @@ class DemoPane(Vertical):
         self.ids = []
         self.live = LiveStats()
         self.text.remove()
+        if self.thinking is not None:
+            self.thinking.remove()
+            self.thinking = None
         self.text = TokenText(colour=self.colour, headroom=STREAM_HEADROOM)
         self.scroll.mount(self.text)
         self.speed.update("waiting")
+
+    def append(self, reasoning: list[Piece], pieces: list[Piece]) -> None:
+        """Both runs race through the reasoning too: it streams dimmed above the answer."""
+        if reasoning:
+            if self.thinking is None:
+                self.thinking = ThinkingView(colour=self.colour)
+                self.scroll.mount(self.thinking, before=self.text)
+            self.thinking.append(reasoning)
+        if pieces:
+            if self.thinking is not None:
+                self.thinking.finish()
+            self.text.append(pieces)
+
+    def stream_done(self) -> None:
+        self.text.stream_done()
+        if self.thinking is not None:
+            self.thinking.finish(fold=bool(self.text.text))
 
     def show_speed(self, tokens_per_s: float | None, note: str = "") -> None:
         t = Text()
@@ -158,10 +180,10 @@ class DemoScreen(StreamingScreen):
     def _start(self, stage: str, text: str) -> None:
         app = self.tandem
         assert app.loaded is not None
-        system = app.settings.system_prompt
+        system, think = app.settings.system_prompt, app.settings.think
         job = GenerationJob(
             app.loaded,
-            lambda pair: text_prompt(pair, text, system=system),
+            lambda pair: build_text(pair, text, system=system, think=think),
             app.generation_config(),
             speculative=stage == "speculative",
             wake=lambda: self._wake(job.id),
@@ -176,16 +198,17 @@ class DemoScreen(StreamingScreen):
 
     def show_events(self, job: GenerationJob) -> None:
         pane = self.pane(self.stage)
-        pieces, done, failed = take_events(job, pane.live, pane.ids)
-        if pieces:
-            pane.text.append(pieces)
+        reasoning: list[Piece] = []
+        pieces, done, failed = take_events(job, pane.live, pane.ids, reasoning)
+        if pieces or reasoning:
+            pane.append(reasoning, pieces)
             pane.scroll.scroll_end(animate=False, immediate=False)
         live = pane.live
         if live.rounds:
             pane.show_speed(live.tokens_per_s, f"{live.generated} tokens")
         if failed is not None:
             self.job = None
-            pane.text.stream_done()
+            pane.stream_done()
             pane.remove_class("-running")
             self._verdict(f"Could not run: {failed.message}")
             self.notify(failed.message, severity="error", markup=False)
@@ -194,7 +217,7 @@ class DemoScreen(StreamingScreen):
 
     def _stage_done(self, pane: DemoPane, stats: GenerationStats) -> None:
         self.job = None
-        pane.text.stream_done()
+        pane.stream_done()
         pane.remove_class("-running")
         self.results[self.stage] = stats
         note = f"{stats.generated} tokens"

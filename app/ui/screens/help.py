@@ -48,6 +48,8 @@ KEYS = [
     ("Ctrl+Y", "copy the last answer (OSC 52 clipboard)"),
     ("Ctrl+T", "colours by origin / plain reading"),
     ("Ctrl+G", "edit the system prompt"),
+    ("Ctrl+L", "open / fold the last answer's thinking (or click it)"),
+    ("F5", "thinking on / off for this chat (reasoning models)"),
     ("F2", "pairs: catalog, downloads, GGUFs on disk"),
     ("F3", "side-by-side speed demo"),
     ("F4", "settings"),

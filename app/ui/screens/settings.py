@@ -55,8 +55,23 @@ FIELDS: list[tuple[str, str, str, str]] = [
         "HOST:PORT,...: the target's layers run there (rpc-server, trusted networks only); "
         "empty = here; applies on the next load",
     ),
+    ("think", "Thinking", "select", "reasoning models: think before answering? F5 switches one chat"),
     ("system_prompt", "System prompt", "text", "for new chats (Ctrl+G edits the current one)"),
 ]
+
+# A select's options: (label, value) as the form shows them. Select has no None value, so the
+# thinking setting's None ("the model's default") is the string "default" in the form.
+THINK_VALUES: dict[str, bool | None] = {"default": None, "on": True, "off": False}
+SELECT_OPTIONS: dict[str, list[tuple[str, str]]] = {
+    "drafter": [(label, v) for v, label in DRAFTER_LABELS.items()],
+    "think": [("the model's default", "default"), ("on", "on"), ("off", "off")],
+}
+
+
+def _form_value(name: str, value: Any) -> Any:
+    if name == "think":
+        return next(k for k, v in THINK_VALUES.items() if v is value)
+    return value
 
 
 # Fields that may be left empty: not chosen (the pair's value or the default; see Settings).
@@ -109,8 +124,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
                         yield Switch(value=bool(value), id=name)
                     elif kind == "select":
                         yield Select(
-                            [(label, v) for v, label in DRAFTER_LABELS.items()],
-                            value=value,
+                            SELECT_OPTIONS[name],
+                            value=_form_value(name, value),
                             allow_blank=False,
                             id=name,
                         )
@@ -137,7 +152,8 @@ class SettingsScreen(ModalScreen[Settings | None]):
                 values[name] = self.query_one(f"#{name}", Switch).value
                 continue
             if kind == "select":
-                values[name] = self.query_one(f"#{name}", Select).value
+                chosen = self.query_one(f"#{name}", Select).value
+                values[name] = THINK_VALUES[str(chosen)] if name == "think" else chosen
                 continue
             raw = self.query_one(f"#{name}", Input).value.strip()
             if kind == "text":

@@ -56,17 +56,21 @@ class StreamingScreen(Screen[None]):
 
 
 def take_events(
-    job: GenerationJob, live: LiveStats, ids: list[int] | None = None
+    job: GenerationJob, live: LiveStats, ids: list[int] | None = None, reasoning: list[Piece] | None = None
 ) -> tuple[list[Piece], DoneEvent | None, JobFailed | None]:
-    """Empty the job's buffer: the new text pieces, the end (if reached) or the failure. The
-    numbers go to `live` as they are met, and token ids to `ids` when given."""
+    """Empty the job's buffer: the new answer pieces, the end (if reached) or the failure. The
+    numbers go to `live` as they are met, token ids to `ids` and a thinking model's reasoning
+    pieces to `reasoning` when given (without it, reasoning is not shown)."""
     pieces: list[Piece] = []
     done: DoneEvent | None = None
     failed: JobFailed | None = None
     for t, ev in job.buffer.drain():
         if isinstance(ev, TokenEvent):
+            live.feed(t, ev)
             if ids is not None:
                 ids.append(ev.id)
+            if ev.reasoning and reasoning is not None:
+                reasoning.append((ev.reasoning, ev.origin))
             if ev.text:
                 pieces.append((ev.text, ev.origin))
         elif isinstance(ev, (RoundEvent, PrefillEvent, StartEvent)):

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
+from app.ui.widgets.thinking import ThinkingView
 from app.ui.widgets.token_text import Piece, TokenText
 
 
@@ -64,7 +65,8 @@ STREAM_HEADROOM = 6
 
 class AnswerView(Vertical):
     """One answer: coloured tokens while streaming (and when colours are on); rendered as
-    Markdown once finished when colours are off, for plain reading."""
+    Markdown once finished when colours are off, for plain reading. A reasoning model's
+    thinking goes in a folding section above it (ThinkingView), made when the first arrives."""
 
     DEFAULT_CSS = """
     AnswerView {
@@ -79,9 +81,23 @@ class AnswerView(Vertical):
     AnswerView.-streaming { border-left: thick $success; }
     """
 
-    def __init__(self, pieces: Iterable[Piece] = (), *, colour: bool = True, finished: bool = False) -> None:
+    def __init__(
+        self,
+        pieces: Iterable[Piece] = (),
+        *,
+        colour: bool = True,
+        finished: bool = False,
+        reasoning: Iterable[Piece] = (),
+    ) -> None:
         super().__init__()
         self.tokens = TokenText(pieces, colour=colour, headroom=1 if finished else STREAM_HEADROOM)
+        reasoning = list(reasoning)
+        # A saved answer's thinking shows folded, unless there is no answer below it to read.
+        self.thinking: ThinkingView | None = (
+            ThinkingView(reasoning, colour=colour, finished=True, folded=bool(self.tokens.text))
+            if reasoning
+            else None
+        )
         self.footer = Static("", classes="answer-footer", markup=False)
         self.footer.display = False
         self.colour = colour
@@ -90,6 +106,8 @@ class AnswerView(Vertical):
         self.set_class(not finished, "-streaming")
 
     def compose(self) -> Any:
+        if self.thinking is not None:
+            yield self.thinking
         yield self.tokens
         yield self.footer
 
@@ -100,12 +118,38 @@ class AnswerView(Vertical):
     def text(self) -> str:
         return self.tokens.text
 
+    @property
+    def reasoning(self) -> str:
+        return self.thinking.text if self.thinking is not None else ""
+
     def append(self, pieces: Iterable[Piece]) -> None:
+        pieces = [p for p in pieces if p[0]]
+        if pieces and self.thinking is not None:
+            self.thinking.finish()  # the answer began: the thinking folds away
         self.tokens.append(pieces)
+
+    def append_reasoning(self, pieces: Iterable[Piece]) -> None:
+        pieces = [p for p in pieces if p[0]]
+        if not pieces:
+            return
+        if self.thinking is None:
+            self.thinking = ThinkingView(colour=self.colour)
+            if self.is_mounted:
+                self.mount(self.thinking, before=self.tokens)
+        self.thinking.append(pieces)
+
+    def toggle_thinking(self) -> bool:
+        """Open or fold the thinking section; False if this answer has none."""
+        if self.thinking is None:
+            return False
+        self.thinking.toggle()
+        return True
 
     def finish(self, stats: dict[str, Any]) -> None:
         self.finished = True
         self.tokens.stream_done()
+        if self.thinking is not None:
+            self.thinking.finish(fold=bool(self.tokens.text))
         self.remove_class("-streaming")
         line = answer_footer(stats)
         self.footer.update(line)
@@ -116,6 +160,8 @@ class AnswerView(Vertical):
     def set_colour(self, colour: bool) -> None:
         self.colour = colour
         self.tokens.set_colour(colour)
+        if self.thinking is not None:
+            self.thinking.set_colour(colour)
         if self.is_mounted:
             self._show_mode()
 

@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from app.engine import Origin
 from app.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
+from app.ui.live_stats import PartCounts
 from app.ui.speed import SpeedReference
 from app.ui.widgets.pass_chart import PassChart
 
@@ -42,6 +43,9 @@ class StatsView:
     generated: int = 0
     stop_reason: str = ""
     per_round: list[float] = field(default_factory=list)
+    # A thinking model's reasoning and answer apart; None when the answer has no reasoning.
+    reasoning: PartCounts | None = None
+    answer: PartCounts | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -99,6 +103,12 @@ def _stop_text(reason: str) -> str:
     }.get(reason, reason)
 
 
+def _part_text(p: PartCounts) -> str:
+    """One part's acceptance and speed: "62% · 21.3 tok/s"."""
+    acc = p.acceptance
+    return f"{_fmt(None if acc is None else 100 * acc, '.0f', '%')} · {_fmt(p.tokens_per_s, '.1f', ' tok/s')}"
+
+
 def render_wide(v: StatsView) -> Text:
     """A column of label / value rows for the side panel."""
     t = Text(no_wrap=False)
@@ -120,6 +130,9 @@ def render_wide(v: StatsView) -> Text:
     if v.acceptance is not None:
         acc += f" ({v.accepted}/{v.drafted})"
     row("accepted", acc)
+    if v.reasoning is not None and v.answer is not None:
+        row("thinking", _part_text(v.reasoning))
+        row("answering", _part_text(v.answer))
     row("tok/pass", _fmt(v.tokens_per_round, ".2f"))
     row("K", _k_text(v))
     row("drafter", _drafter_text(v))
@@ -127,7 +140,8 @@ def render_wide(v: StatsView) -> Text:
     row("prefill", prefill)
     if v.prefill_tokens is not None:
         t.append(f"{'':<10}of {v.prompt_tokens} in the prompt\n", style="dim")
-    row("answer", f"{v.generated} tok" + (f", {_stop_text(v.stop_reason)}" if v.stop_reason else ""))
+    thought = f" ({v.reasoning.tokens} thinking)" if v.reasoning is not None else ""
+    row("answer", f"{v.generated} tok{thought}" + (f", {_stop_text(v.stop_reason)}" if v.stop_reason else ""))
     return t
 
 
@@ -147,6 +161,8 @@ def render_narrow(v: StatsView) -> Text:
         t.append(f"  K {'–' if v.k is None else v.k}/{v.k_max}")
         if v.last_drafter:
             t.append(f" {v.last_drafter}")
+        if v.reasoning is not None and v.answer is not None:
+            t.append(f"  thinking {_part_text(v.reasoning)}  answering {_part_text(v.answer)}")
     if v.prefill_tokens is not None:
         t.append(f"  prefill {v.prefill_tokens}/{v.prompt_tokens}")
     t.append("\n")
