@@ -17,6 +17,8 @@ can go on with --raw) and never a crash, a prompt of gigabytes or a hang:
   nothing are stopped too.
 * anything that still goes wrong (RecursionError, MemoryError, OverflowError, any exception)
   becomes a ChatTemplateError.
+* cancel: a render given a `cancel` event stops (PromptCancelled) where it checks its time, once
+  the event is set: the server cancels the prompt of a client that left, or when it stops.
 
 What stays out of reach in-process: a template that prints a structure it built by nesting
 literal lists of references (each level multiplying the size) can still make one C-level call
@@ -27,6 +29,9 @@ not. Real chat templates never do any of this.
 from __future__ import annotations
 
 import json
+import re
+import secrets
+import threading
 import time
 from collections.abc import Generator, Iterable, Sequence
 from contextvars import ContextVar
@@ -41,7 +46,7 @@ from jinja2.nodes import Node
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import TandemError
+from .errors import PromptCancelled, TandemError
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
 # adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small
@@ -67,8 +72,17 @@ class ChatMessage:
     content: str
 
 
+RAW_HINT = "use --raw to send the prompt as plain text"
+
+
 class ChatTemplateError(TandemError):
-    pass
+    """`problem`: what went wrong; the message adds `hint` (what to do instead), which a
+    front-end without --raw (the server) replaces with its own."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(f"{problem}; {hint}" if hint else problem)
+        self.problem = problem
+        self.hint = hint
 
 
 def _raise(message: str) -> None:
@@ -76,10 +90,7 @@ def _raise(message: str) -> None:
 
 
 def _failed(reason: str) -> ChatTemplateError:
-    return ChatTemplateError(
-        f"the model's chat template could not be rendered ({reason}); use --raw to send the "
-        "prompt as plain text"
-    )
+    return ChatTemplateError(f"the model's chat template could not be rendered ({reason})", RAW_HINT)
 
 
 def _sentence(text: str) -> str:
@@ -178,8 +189,10 @@ def _bounded_concat(parts: Iterable[str]) -> str:
 
 
 # ---------------------------------------------------------------------- time
-# The current render's deadline (time.monotonic()), per thread like _limit.
+# The current render's deadline (time.monotonic()), per thread like _limit, and its caller's
+# cancel event (checked where the time is).
 _deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=float("inf"))
+_cancel: ContextVar[threading.Event | None] = ContextVar("chat_template_cancel", default=None)
 
 
 def _too_slow() -> ChatTemplateError:
@@ -216,6 +229,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def tick() -> None:
         if time.monotonic() > _deadline.get():
             raise _too_slow()
+        cancel = _cancel.get()
+        if cancel is not None and cancel.is_set():
+            raise PromptCancelled
 
 
 # ---------------------------------------------------------------------- rendering
@@ -249,6 +265,9 @@ def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, 
                 raise _too_large(limit)
             if time.monotonic() > deadline:
                 raise _too_slow()
+            cancel = _cancel.get()
+            if cancel is not None and cancel.is_set():
+                raise PromptCancelled
             chunks.append(chunk)
     finally:
         if isinstance(stream, Generator):  # stopped early: end the template's code now
@@ -265,12 +284,15 @@ def render_chat(
     bos_token: str,
     eos_token: str,
     add_generation_prompt: bool = True,
+    cancel: threading.Event | None = None,
 ) -> str:
     """The conversation as the model's chat template writes it. Raises ChatTemplateError (one
-    sentence, naming --raw) for any template that fails, is too slow or builds too much."""
+    sentence, naming --raw) for any template that fails, is too slow or builds too much, and
+    PromptCancelled once `cancel` is set."""
     given = sum(len(m.role) + len(m.content) for m in messages) + len(bos_token) + len(eos_token)
     limit = MAX_OUTPUT_CHARS + 4 * given
     token = _limit.set(limit)
+    cancel_token = _cancel.set(cancel)
     try:
         compiled = _compiled.get(template)
         if compiled is None:
@@ -282,7 +304,7 @@ def render_chat(
             "add_generation_prompt": add_generation_prompt,
         }
         return _render_bounded(compiled, limit, variables)
-    except ChatTemplateError:
+    except (ChatTemplateError, PromptCancelled):
         raise
     except jinja2.TemplateSyntaxError as exc:
         raise _failed(f"line {exc.lineno}: {_sentence(exc.message or 'syntax error')}") from exc
@@ -297,4 +319,60 @@ def render_chat(
     except Exception as exc:  # anything a template can raise: a broken template is not our bug
         raise _failed(f"{type(exc).__name__}: {_sentence(str(exc))}") from exc
     finally:
+        _cancel.reset(cancel_token)
         _limit.reset(token)
+
+
+def content_spans(
+    template: str,
+    messages: Sequence[ChatMessage],
+    rendered: str,
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+    cancel: threading.Event | None = None,
+) -> list[tuple[int, int]] | None:
+    """Where the messages' contents are in `rendered` (render_chat's text for the same
+    arguments): [start, end) ranges, in order; None when that cannot be told.
+
+    Each content is rendered again between two markers that no text can guess (a random nonce
+    in private-use characters); when the markers, taken out, leave exactly `rendered`, what lay
+    between them is content and everything else is the template's own text. A template that
+    changes content (trims it, slices it, tests what it starts with) renders differently with
+    markers: then None, and the caller decides what to do."""
+    nonce = secrets.token_hex(8)
+    opening, closing = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
+    marked = [ChatMessage(m.role, f"{opening}{m.content}{closing}") for m in messages]
+    try:
+        text = render_chat(
+            template,
+            marked,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt,
+            cancel=cancel,
+        )
+    except ChatTemplateError:
+        return None
+    spans: list[tuple[int, int]] = []
+    plain: list[str] = []
+    size = 0
+    start: int | None = None
+    for piece in re.split(f"({re.escape(opening)}|{re.escape(closing)})", text):
+        if piece == opening:
+            if start is not None:
+                return None
+            start = size
+        elif piece == closing:
+            if start is None:
+                return None
+            if size > start:
+                spans.append((start, size))
+            start = None
+        else:
+            plain.append(piece)
+            size += len(piece)
+    if start is not None or "".join(plain) != rendered:
+        return None
+    return spans

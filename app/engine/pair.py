@@ -2,7 +2,8 @@
 
 Loading checks everything it can before touching weights: both files are read as GGUF
 (missing, not GGUF, truncated), and the tokenizers are compared. Prompts are built with the
-target's chat template and tokenizer (the draft shares the tokenizer, by the check).
+target's chat template and tokenizer (the draft shares the tokenizer, by the check); message
+content is always text, never control tokens (prompt_tokens.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .chat_template import ChatMessage, render_chat
+from .chat_template import ChatMessage, content_spans, render_chat
 from .compat import check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
@@ -22,6 +23,7 @@ from .events import Event
 from .generation import check_request, generate
 from .gguf_file import read_gguf
 from .model import LoadedModel
+from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .recurrence import rollback_note
 
 
@@ -33,6 +35,8 @@ class ModelPair:
         # drafting starts informed (they describe the hardware, not the text).
         self.costs = CostModel()
         self._lock = threading.Lock()  # one generation at a time
+        self._specials: SpecialTokens | None = None
+        self._specials_lock = threading.Lock()  # prompts may be built in several threads
 
     @classmethod
     def load(
@@ -98,7 +102,52 @@ class ModelPair:
     def has_chat_template(self) -> bool:
         return self.target.chat_template() is not None
 
-    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        """The target's special tokens (read from its vocabulary on first use)."""
+        with self._specials_lock:
+            if self._specials is None:
+                self._specials = SpecialTokens(self.target.vocab)
+            return self._specials
+
+    @property
+    def max_prompt_chars(self) -> int:
+        """The most characters a prompt that fits the context can have: the context times the
+        longest text one token stands for. More cannot fit, whatever the text."""
+        return self.context_size * self.special_tokens.longest
+
+    def _check_chars(self, text: str) -> None:
+        """Refuse, before any tokenizing, a text that cannot fit the context."""
+        if len(text) > self.max_prompt_chars:
+            raise ContextOverflowError(
+                f"the prompt has {len(text):,} characters, more than the context of "
+                f"{self.context_size:,} tokens can hold (a token stands for at most "
+                f"{self.special_tokens.longest} characters): shorten it or use a larger context (--ctx)"
+            )
+
+    def _check_pieces(self, pieces: Sequence[str | int]) -> None:
+        """Refuse, before tokenizing, a prompt with more pieces (special tokens, and the plain
+        texts between them, a token or more each) than the context holds tokens."""
+        if len(pieces) >= self.context_size:
+            raise ContextOverflowError(
+                f"the prompt has at least {len(pieces):,} tokens but the context holds "
+                f"{self.context_size:,}: shorten it or use a larger context (--ctx)"
+            )
+
+    def chat_prompt(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        cancel: threading.Event | None = None,
+        within_context: bool = False,
+    ) -> list[int]:
+        """The conversation through the target's chat template, as tokens. The template's own
+        text may hold control tokens; the messages' contents are tokenized as plain text, so a
+        message cannot open a turn of its own by spelling `<|im_start|>`.
+
+        `cancel`: set, it stops the work (PromptCancelled). `within_context`: refuse
+        (ContextOverflowError) a conversation whose text cannot fit the context, before
+        tokenizing it."""
         template = self.target.chat_template()
         if template is None:
             raise TandemError(
@@ -107,10 +156,30 @@ class ModelPair:
         t = self.target
         bos = t.token_text(t.bos_id) if t.bos_id >= 0 else ""
         eos = t.token_text(t.eos_id) if t.eos_id >= 0 else ""
-        text = render_chat(template, messages, bos_token=bos, eos_token=eos)
+        text = render_chat(template, messages, bos_token=bos, eos_token=eos, cancel=cancel)
+        if within_context:
+            self._check_chars(text)
+        _check_unicode(t, text)
+        specials = self.special_tokens
+        spans: list[tuple[int, int]] = []
+        spelled = [m.content for m in messages if specials.control_in(m.content)]
+        if spelled:  # (rare: the usual conversation is tokenized without rendering it twice)
+            found = content_spans(template, messages, text, bos_token=bos, eos_token=eos, cancel=cancel)
+            if found is None:  # the template changes contents: look for the ones that matter
+                found = find_contents(text, spelled)
+            if found is None:
+                raise TandemError(
+                    "a message spells one of the model's control tokens ("
+                    f"{specials.control_in(spelled[0])}) and the chat template changes its text, so "
+                    "it cannot be kept as plain text: remove the control token from the message"
+                )
+            spans = found
+        pieces = specials.split(text, spans)
+        if within_context:
+            self._check_pieces(pieces)
         # Templates usually write the BOS text themselves; do not add a second one.
         add_special = not (bos and text.startswith(bos))
-        return t.tokenize(text, add_special=add_special, parse_special=True)
+        return tokenize_pieces(t, pieces, add_special=add_special, cancel=cancel)
 
     def chat_prompt_fitting(self, messages: Sequence[ChatMessage], reserve: int) -> tuple[list[int], int]:
         """The conversation's prompt, leaving `reserve` tokens of context for the answer.
@@ -154,8 +223,16 @@ class ModelPair:
         """Tokens that fit in both models' contexts."""
         return min(m.n_ctx for m in (self.target, self.draft) if m is not None)
 
-    def raw_prompt(self, text: str) -> list[int]:
-        return self.target.tokenize(text, add_special=True, parse_special=False)
+    def raw_prompt(self, text: str, *, within_context: bool = False) -> list[int]:
+        """`text` as tokens, special-token texts included as plain text. `within_context`: as
+        for chat_prompt."""
+        if within_context:
+            self._check_chars(text)
+        _check_unicode(self.target, text)
+        pieces = self.special_tokens.split(text, [(0, len(text))])  # all of it content
+        if within_context:
+            self._check_pieces(pieces)
+        return tokenize_pieces(self.target, pieces, add_special=True)
 
     # ------------------------------------------------------------------ generation
     def check_request(
@@ -193,3 +270,12 @@ class ModelPair:
             costs=self.costs if costs is None else costs,
             lock=self._lock,
         )
+
+
+def _check_unicode(model: LoadedModel, text: str) -> None:
+    """Refuse text with a lone surrogate with the tokenizer's own message, which says where."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        model.tokenize(text)  # raises TandemError naming the character
+        raise

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,11 +38,18 @@ def messages_for(text: str, system: str | None = None) -> list[ChatMessage]:
     return [*([ChatMessage("system", system)] if system else []), ChatMessage("user", text)]
 
 
-def chat_prompt(pair: ModelPair, messages: Sequence[ChatMessage]) -> list[int]:
-    """The conversation as tokens: the model's chat template, or a transcript without one."""
+def chat_prompt(
+    pair: ModelPair,
+    messages: Sequence[ChatMessage],
+    *,
+    cancel: threading.Event | None = None,
+    within_context: bool = False,
+) -> list[int]:
+    """The conversation as tokens: the model's chat template, or a transcript without one.
+    `cancel` and `within_context`: as for ModelPair.chat_prompt (the server's)."""
     if pair.has_chat_template():
-        return pair.chat_prompt(messages)
-    return pair.raw_prompt(transcript(messages))
+        return pair.chat_prompt(messages, cancel=cancel, within_context=within_context)
+    return pair.raw_prompt(transcript(messages), within_context=within_context)
 
 
 def text_prompt(pair: ModelPair, text: str, *, raw: bool = False, system: str | None = None) -> list[int]:
