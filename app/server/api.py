@@ -1,8 +1,9 @@
 """The HTTP routes of `tandem serve` (FastAPI): OpenAI's chat and text completions, the model
 list, and a health check, over one loaded pair.
 
-A request goes: body checked (schema.py) → prompt built, then checked by the engine → its turn
-in the queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer.
+A request goes: Host and body size checked (guards.py) → body checked (schema.py) → prompt
+built in a thread the server can stop (prompts.py), then checked by the engine → its turn in the
+queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,12 +19,12 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
 from app.engine import DoneEvent, GenerationStats, ModelPair, TandemError, TokenEvent
+from app.engine.chat_template import ChatTemplateError
 from app.engine.errors import ContextOverflowError
 from app.session.choices import Choices, generation_config
 from app.session.prompts import chat_prompt
@@ -33,9 +35,12 @@ from .errors import (
     api_error_handler,
     bad_request,
     http_error_handler,
+    quoted,
     unexpected_error_handler,
     validation_error_handler,
 )
+from .guards import BodyGuard, HostCheck, HostGuard
+from .prompts import PromptBuilds, StoppedBuilding
 from .schema import ChatCompletionRequest, CompletionRequest
 from .slot import ClientGone, Generation, Slot
 
@@ -52,12 +57,32 @@ class ServeSettings:
     api_key: str | None = None
     max_waiting: int = 32
     spec: Any = None  # the catalog pair (its settings apply), when serving one
+    host: str = "127.0.0.1"  # the address it listens on: which Host headers it answers to
+    allowed_hosts: tuple[str, ...] = ()  # more names it answers to (--allow-host; "*": any)
+    max_body: int | None = None  # bytes; None: body_limit(context)
+    read_timeout_s: float = 30.0  # for a request to arrive, headers and body (run.py)
+    max_connections: int | None = None  # None: connection_limit(max_waiting) (run.py)
+
+
+# A request body is refused past this many bytes per token of context, and never below the
+# floor: a prompt that fills the context is a few characters a token (at most 6 bytes each as
+# JSON escapes), so this leaves room for any real one while a hostile body is refused early.
+BODY_BYTES_PER_TOKEN = 64
+MIN_BODY_LIMIT = 4 * 2**20
+
+
+def body_limit(context: int) -> int:
+    return max(MIN_BODY_LIMIT, BODY_BYTES_PER_TOKEN * context)
 
 
 def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
     slot = Slot(pair, settings.max_waiting)
+    prompts = PromptBuilds()
+    _ = pair.special_tokens.longest  # read once now, rather than by the first request
     app = FastAPI(title="Tandem", version=__version__, docs_url="/docs", redoc_url=None)
     app.state.slot = slot
+    app.state.prompts = prompts
+
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
@@ -83,7 +108,8 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             return
         raise ApiError(
             404,
-            f"model '{name}' is not served here: this server serves '{settings.model_id}' (GET /v1/models)",
+            f"model '{quoted(name)}' is not served here: this server serves '{settings.model_id}' "
+            "(GET /v1/models)",
             param="model",
             code="model_not_found",
         )
@@ -114,6 +140,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             "model": settings.model_id,
             "busy": slot.busy,
             "waiting": slot.waiting,
+            "preparing": prompts.running,  # prompts being built (rendered, tokenized)
             "answers": dict(slot.ended),  # by how they ended: eog, max_tokens, cancelled...
         }
 
@@ -131,7 +158,14 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         body.unsupported()
         check_model(body.model)
         messages = body.chat_messages()
-        prompt = await _prompt(lambda: chat_prompt(pair, messages), "messages")
+        try:
+            prompt = await _prompt(
+                request,
+                lambda cancel: chat_prompt(pair, messages, cancel=cancel, within_context=True),
+                "messages",
+            )
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client left
         return await answer(request, "chat", prompt, body.request_choices(settings.choices), body)
 
     @app.post("/v1/completions", response_model=None)
@@ -141,7 +175,10 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         text = body.text
         if not text:
             raise bad_request("the prompt is empty", param="prompt")
-        prompt = await _prompt(lambda: pair.raw_prompt(text), "prompt")
+        try:
+            prompt = await _prompt(request, lambda _: pair.raw_prompt(text, within_context=True), "prompt")
+        except ClientGone:
+            return Response(status_code=499)
         return await answer(request, "text", prompt, body.request_choices(settings.choices), body)
 
     async def answer(
@@ -171,15 +208,28 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             return _EventStream(_stream(gen, frame, body.include_usage), gen)
         return await _whole(request, gen, frame)
 
+    async def _prompt(
+        request: Request, build: Callable[[threading.Event], list[int]], param: str
+    ) -> list[int]:
+        """Render and tokenize off the event loop (a long history takes milliseconds), stopped if
+        the client leaves (ClientGone) or the server stops."""
+        try:
+            return await prompts.build(build, _disconnected(request))
+        except StoppedBuilding:
+            raise _shutdown_error() from None
+        except ContextOverflowError as exc:  # refused by its length, before tokenizing all of it
+            raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None
+        except ChatTemplateError as exc:  # a template that fails on these messages
+            hint = "send the text as a plain prompt to /v1/completions instead"
+            raise bad_request(f"{exc.problem}; {hint}" if exc.hint else str(exc), param=param) from None
+        except TandemError as exc:  # text that is not Unicode...
+            raise bad_request(str(exc), param=param) from None
+
+    # Added last, run first: the Host, then the body's size, then the key (check_key).
+    limit = settings.max_body if settings.max_body is not None else body_limit(pair.context_size)
+    app.add_middleware(BodyGuard, limit=limit, stopping=slot.stopping)
+    app.add_middleware(HostGuard, check=HostCheck(settings.host, settings.allowed_hosts))
     return app
-
-
-async def _prompt(build: Callable[[], list[int]], param: str) -> list[int]:
-    """Render and tokenize off the event loop (a long history takes milliseconds)."""
-    try:
-        return await run_in_threadpool(build)
-    except TandemError as exc:  # a chat template that fails on these messages, text that is not Unicode
-        raise bad_request(str(exc), param=param) from None
 
 
 async def _disconnected(request: Request) -> None:
