@@ -135,7 +135,7 @@ def tiny_model(
     vocab_edit: str | None = None,
     n_embd: int = 64,
     n_layer: int = 2,
-    chat_template: bool = True,
+    chat_template: bool | str = True,
     poison: float | None = None,
 ) -> Path:
     """A small random-weight llama with SmolLM2's tokenizer (vocabulary 49152).
@@ -144,7 +144,7 @@ def tiny_model(
     random weights: a draft that agrees with that model part of the time.
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
     tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
-    chat_template=False: no `tokenizer.chat_template` (a base model).
+    chat_template=False: no `tokenizer.chat_template` (a base model); a string: that template.
     poison: a value (NaN, inf) written into the output norm, so that every logit is not finite
     (what an fp16 overflow on a GPU backend produces).
     """
@@ -218,7 +218,7 @@ def _finish_tiny(
     types: list[int],
     tensors: dict[str, np.ndarray],
     *,
-    chat_template: bool = True,
+    chat_template: bool | str = True,
     f16: bool = False,
 ) -> Path:
     """The part every tiny model shares: F32 (or F16 matrices: `f16`), SmolLM2's tokenizer (so
@@ -236,7 +236,9 @@ def _finish_tiny(
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
-    if chat_template:
+    if isinstance(chat_template, str):
+        writer.add_chat_template(chat_template)
+    elif chat_template:
         writer.add_chat_template(str(tok["template"]))
     for key, value in tensors.items():
         matrix = f16 and value.ndim == 2 and "ssm_conv1d" not in key
