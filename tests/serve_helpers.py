@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from app.engine import ModelPair
@@ -76,3 +82,38 @@ def wait_idle(served: Served, timeout: float = 5.0) -> float:
             return time.perf_counter() - t0
         time.sleep(0.01)
     raise AssertionError(f"the server was still busy after {timeout} s")
+
+
+def start_serve(target: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """A real `tandem serve` process on a free port of 127.0.0.1 (`--threads 1`), once it listens:
+    the process (stderr is a pipe, read past the line that says where it listens) and the port."""
+    command = [sys.executable, "-m", "app.cli.main", "serve", "--target", str(target)]
+    proc = subprocess.Popen(
+        [*command, "--threads", "1", "--port", "0", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+        if m:
+            return proc, int(m.group(1))
+    proc.wait(10)
+    raise AssertionError(f"the server did not start (exit {proc.returncode})")
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> tuple[int, float, str]:
+    """SIGTERM: the exit code, the seconds it took, and what it wrote to stderr meanwhile."""
+    assert proc.stderr is not None
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rest = proc.stderr.read()
+        code = proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return code, time.perf_counter() - t0, rest

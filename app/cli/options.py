@@ -209,6 +209,8 @@ class ServeOptions:
     api_key: str | None
     queue: int
     name: str | None
+    allow_host: tuple[str, ...]
+    max_body: float | None
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         args.api_key,
         args.queue,
         args.name,
+        tuple(args.allow_host),
+        args.max_body,
     )
 
 

@@ -58,6 +58,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="requests that may wait while one is answered; more get HTTP 429 (default: 32)",
     )
     g.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (a reverse proxy's; repeatable; '*' for "
+        "any). Others get HTTP 403, a guard against DNS rebinding: by default the server answers to "
+        "localhost and loopback addresses, and with --host beyond loopback also to this machine's "
+        "names and any IP address",
+    )
+    g.add_argument(
+        "--max-body",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="largest request body in MiB; larger get HTTP 413 (default: 64 bytes per token of context, "
+        "at least 4 MiB)",
+    )
+    g.add_argument(
         "--name",
         metavar="NAME",
         help="the model name clients use (default: the pair's, or the target's file name)",
@@ -87,6 +105,8 @@ def serve(opts: ServeOptions) -> int:
         raise TandemError("the port must be between 0 and 65535")
     if opts.queue < 0:
         raise TandemError("the queue length must be 0 or more")
+    if opts.max_body is not None and not 0 < opts.max_body < 2**20:
+        raise TandemError("the body limit (--max-body) must be a positive number of MiB")
     choices = opts.choices
     choices.validate()
     speculative = not opts.baseline
@@ -108,6 +128,9 @@ def serve(opts: ServeOptions) -> int:
                 api_key=opts.api_key,
                 max_waiting=opts.queue,
                 spec=ref.spec,
+                host=opts.host,
+                allowed_hosts=tuple(opts.allow_host),
+                max_body=None if opts.max_body is None else int(opts.max_body * 2**20),
             )
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host

@@ -31,6 +31,8 @@ can go on with --raw) and never a crash, a prompt of gigabytes or a hang:
   nothing are stopped too.
 * anything that still goes wrong (RecursionError, MemoryError, OverflowError, any exception)
   becomes a ChatTemplateError.
+* cancel: a render given a `cancel` event stops (PromptCancelled) where it checks its time, once
+  the event is set: the server cancels the prompt of a client that left, or when it stops.
 
 What stays out of reach in-process: a template that prints a structure it built by nesting
 literal lists of references (each level multiplying the size) can still make one C-level call
@@ -41,6 +43,9 @@ not. Real chat templates never do any of this.
 from __future__ import annotations
 
 import json
+import re
+import secrets
+import threading
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -58,7 +63,7 @@ from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import TandemError
+from .errors import PromptCancelled, TandemError
 from .reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
@@ -86,8 +91,17 @@ class ChatMessage:
     reasoning: str = ""  # an assistant turn's reasoning (a thinking model's), kept apart
 
 
+RAW_HINT = "use --raw to send the prompt as plain text"
+
+
 class ChatTemplateError(TandemError):
-    pass
+    """`problem`: what went wrong; the message adds `hint` (what to do instead), which a
+    front-end without --raw (the server) replaces with its own."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(f"{problem}; {hint}" if hint else problem)
+        self.problem = problem
+        self.hint = hint
 
 
 class _Refused(ChatTemplateError):
@@ -99,10 +113,7 @@ def _raise(message: str) -> None:
 
 
 def _failed(reason: str) -> ChatTemplateError:
-    return ChatTemplateError(
-        f"the model's chat template could not be rendered ({reason}); use --raw to send the "
-        "prompt as plain text"
-    )
+    return ChatTemplateError(f"the model's chat template could not be rendered ({reason})", RAW_HINT)
 
 
 def _sentence(text: str) -> str:
@@ -241,8 +252,10 @@ def _bounded_concat(parts: Iterable[str]) -> str:
 
 
 # ---------------------------------------------------------------------- time
-# The current render's deadline (time.monotonic()), per thread like _limit.
+# The current render's deadline (time.monotonic()), per thread like _limit, and its caller's
+# cancel event (checked where the time is).
 _deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=float("inf"))
+_cancel: ContextVar[threading.Event | None] = ContextVar("chat_template_cancel", default=None)
 
 
 def _too_slow() -> ChatTemplateError:
@@ -279,6 +292,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def tick() -> None:
         if time.monotonic() > _deadline.get():
             raise _too_slow()
+        cancel = _cancel.get()
+        if cancel is not None and cancel.is_set():
+            raise PromptCancelled
 
 
 # ---------------------------------------------------------------------- rendering
@@ -317,6 +333,9 @@ def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, 
                 raise _too_large(limit)
             if time.monotonic() > deadline:
                 raise _too_slow()
+            cancel = _cancel.get()
+            if cancel is not None and cancel.is_set():
+                raise PromptCancelled
             chunks.append(chunk)
     finally:
         if isinstance(stream, Generator):  # stopped early: end the template's code now
@@ -366,6 +385,7 @@ def render_chat(
     eos_token: str,
     add_generation_prompt: bool = True,
     variables: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
 ) -> str:
     """The conversation as the model's chat template writes it (see render_conversation)."""
     return render_conversation(
@@ -375,6 +395,7 @@ def render_chat(
         eos_token=eos_token,
         add_generation_prompt=add_generation_prompt,
         variables=variables,
+        cancel=cancel,
     ).text
 
 
@@ -386,21 +407,23 @@ def render_conversation(
     eos_token: str,
     add_generation_prompt: bool = True,
     variables: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
 ) -> RenderedChat:
     """The conversation as the model's chat template writes it. `variables`: more for the
     template (thinking_variables, a request's chat_template_kwargs); the names the render sets
     itself (RESERVED_VARIABLES) are not replaced. Raises ChatTemplateError (one sentence,
-    naming --raw) for any template that fails, is too slow or builds too much. A template that
-    refuses a system message is rendered again with it folded into the first user message."""
+    naming --raw) for any template that fails, is too slow or builds too much, and
+    PromptCancelled once `cancel` is set. A template that refuses a system message is rendered
+    again with it folded into the first user message."""
     try:
-        text = _render(template, messages, bos_token, eos_token, add_generation_prompt, variables)
+        text = _render(template, messages, bos_token, eos_token, add_generation_prompt, variables, cancel)
         return RenderedChat(text)
     except _Refused:
         folded = _folded(messages)
         if folded is None:
             raise
         try:
-            text = _render(template, folded, bos_token, eos_token, add_generation_prompt, variables)
+            text = _render(template, folded, bos_token, eos_token, add_generation_prompt, variables, cancel)
         except ChatTemplateError:
             raise ChatTemplateError(
                 "the model's chat template refused the conversation, with the system prompt and "
@@ -416,11 +439,13 @@ def _render(
     eos_token: str,
     add_generation_prompt: bool,
     variables: Mapping[str, Any] | None,
+    cancel: threading.Event | None = None,
 ) -> str:
     given = sum(len(m.role) + len(m.content) + 2 * len(m.reasoning) for m in messages)
     given += len(bos_token) + len(eos_token) + len(json.dumps(dict(variables or {}), default=str))
     limit = MAX_OUTPUT_CHARS + 4 * given
     token = _limit.set(limit)
+    cancel_token = _cancel.set(cancel)
     try:
         compiled = _compiled.get(template)
         if compiled is None:
@@ -437,7 +462,7 @@ def _render(
                 "add_generation_prompt": add_generation_prompt,
             },
         )
-    except ChatTemplateError:
+    except (ChatTemplateError, PromptCancelled):
         raise
     except jinja2.TemplateSyntaxError as exc:
         raise _failed(f"line {exc.lineno}: {_sentence(exc.message or 'syntax error')}") from exc
@@ -452,7 +477,75 @@ def _render(
     except Exception as exc:  # anything a template can raise: a broken template is not our bug
         raise _failed(f"{type(exc).__name__}: {_sentence(str(exc))}") from exc
     finally:
+        _cancel.reset(cancel_token)
         _limit.reset(token)
+
+
+def content_spans(
+    template: str,
+    messages: Sequence[ChatMessage],
+    rendered: str,
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+) -> list[tuple[int, int]] | None:
+    """Where the messages' contents (and earlier answers' reasoning, which a client may send
+    too) are in `rendered` (render_chat's text for the same arguments): [start, end) ranges, in
+    order; None when that cannot be told.
+
+    Each content is rendered again between two markers that no text can guess (a random nonce
+    in private-use characters); when the markers, taken out, leave exactly `rendered`, what lay
+    between them is content and everything else is the template's own text. A template that
+    changes content (trims it, slices it, tests what it starts with) renders differently with
+    markers: then None, and the caller decides what to do."""
+    nonce = secrets.token_hex(8)
+    opening, closing = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
+    marked = [
+        ChatMessage(
+            m.role,
+            f"{opening}{m.content}{closing}",
+            f"{opening}{m.reasoning}{closing}" if m.reasoning else "",
+        )
+        for m in messages
+    ]
+    try:
+        # (a template that refuses the system role folds the marked messages as it folded
+        # the real ones: the newline it joins them with is the template's own text)
+        text = render_chat(
+            template,
+            marked,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt,
+            variables=variables,
+            cancel=cancel,
+        )
+    except ChatTemplateError:
+        return None
+    spans: list[tuple[int, int]] = []
+    plain: list[str] = []
+    size = 0
+    start: int | None = None
+    for piece in re.split(f"({re.escape(opening)}|{re.escape(closing)})", text):
+        if piece == opening:
+            if start is not None:
+                return None
+            start = size
+        elif piece == closing:
+            if start is None:
+                return None
+            if size > start:
+                spans.append((start, size))
+            start = None
+        else:
+            plain.append(piece)
+            size += len(piece)
+    if start is not None or "".join(plain) != rendered:
+        return None
+    return spans
 
 
 # ---------------------------------------------------------------------- thinking

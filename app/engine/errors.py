@@ -30,3 +30,10 @@ class ContextOverflowError(TandemError):
 
 class GenerationError(TandemError):
     """llama.cpp failed while decoding."""
+
+
+class PromptCancelled(TandemError):
+    """Building a prompt (rendering, tokenizing) was stopped by its caller's cancel event."""
+
+    def __init__(self) -> None:
+        super().__init__("building the prompt was cancelled")

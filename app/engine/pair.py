@@ -2,7 +2,8 @@
 
 Loading checks everything it can before touching weights: both files are read as GGUF
 (missing, not GGUF, truncated), and the tokenizers are compared. Prompts are built with the
-target's chat template and tokenizer (the draft shares the tokenizer, by the check).
+target's chat template and tokenizer (the draft shares the tokenizer, by the check); message
+content is always text, never control tokens (prompt_tokens.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .chat_template import ChatMessage, reasoning_split, render_conversation, thinking_of
+from .chat_template import ChatMessage, content_spans, reasoning_split, render_conversation, thinking_of
 from .compat import check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
@@ -23,6 +24,7 @@ from .events import Event
 from .generation import check_request, generate
 from .gguf_file import read_gguf
 from .model import LoadedModel
+from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .reasoning import ReasoningSplit, Thinking, thinking_variables
 from .recurrence import rollback_note
 
@@ -53,6 +55,8 @@ class ModelPair:
         self.costs = CostModel()
         self._lock = threading.Lock()  # one generation at a time
         self._thinking: Thinking | None = None  # (found on first use: it renders the template)
+        self._specials: SpecialTokens | None = None
+        self._specials_lock = threading.Lock()  # prompts may be built in several threads
 
     @classmethod
     def load(
@@ -133,14 +137,50 @@ class ModelPair:
             self._thinking = thinking_of(self.target.chat_template(), bos_token=bos, eos_token=eos)
         return self._thinking
 
+    @property
+    def special_tokens(self) -> SpecialTokens:
+        """The target's special tokens (read from its vocabulary on first use)."""
+        with self._specials_lock:
+            if self._specials is None:
+                self._specials = SpecialTokens(self.target.vocab)
+            return self._specials
+
+    @property
+    def max_prompt_chars(self) -> int:
+        """The most characters a prompt that fits the context can have: the context times the
+        longest text one token stands for. More cannot fit, whatever the text."""
+        return self.context_size * self.special_tokens.longest
+
+    def _check_chars(self, text: str) -> None:
+        """Refuse, before any tokenizing, a text that cannot fit the context."""
+        if len(text) > self.max_prompt_chars:
+            raise ContextOverflowError(
+                f"the prompt has {len(text):,} characters, more than the context of "
+                f"{self.context_size:,} tokens can hold (a token stands for at most "
+                f"{self.special_tokens.longest} characters): shorten it or use a larger context (--ctx)"
+            )
+
+    def _check_pieces(self, pieces: Sequence[str | int]) -> None:
+        """Refuse, before tokenizing, a prompt with more pieces (special tokens, and the plain
+        texts between them, a token or more each) than the context holds tokens."""
+        if len(pieces) >= self.context_size:
+            raise ContextOverflowError(
+                f"the prompt has at least {len(pieces):,} tokens but the context holds "
+                f"{self.context_size:,}: shorten it or use a larger context (--ctx)"
+            )
+
     def chat_prompt(
         self,
         messages: Sequence[ChatMessage],
         *,
         think: bool | None = None,
         variables: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+        within_context: bool = False,
     ) -> list[int]:
-        return self.chat(messages, think=think, variables=variables).tokens
+        return self.chat(
+            messages, think=think, variables=variables, cancel=cancel, within_context=within_context
+        ).tokens
 
     def chat(
         self,
@@ -149,13 +189,19 @@ class ModelPair:
         think: bool | None = None,
         variables: Mapping[str, Any] | None = None,
         reserve: int | None = None,
+        cancel: threading.Event | None = None,
+        within_context: bool = False,
     ) -> ChatPrompt:
-        """The conversation as a prompt, through the target's chat template.
+        """The conversation as a prompt, through the target's chat template. The template's own
+        text may hold control tokens; the messages' contents are tokenized as plain text, so a
+        message cannot open a turn of its own by spelling `<|im_start|>`.
 
         `think`: thinking on or off for templates with a switch (None: the model's default);
         `variables`: more for the template (a request's chat_template_kwargs; `think` wins over
         a switch named there). `reserve`: leave that many tokens of context for the answer,
-        dropping the oldest turns if needed (see chat_prompt_fitting)."""
+        dropping the oldest turns if needed (see chat_prompt_fitting). `cancel`: set, it stops
+        the work (PromptCancelled). `within_context`: refuse (ContextOverflowError) a
+        conversation whose text cannot fit the context, before tokenizing it."""
         template = self.target.chat_template()
         if template is None:
             raise TandemError(
@@ -163,20 +209,51 @@ class ModelPair:
             )
         extra = {**(variables or {}), **thinking_variables(think)}
         if reserve is not None:
-            return self._fitting(template, messages, reserve, extra)
-        return self._render(template, messages, extra)
+            return self._fitting(template, messages, reserve, extra, cancel)
+        return self._render(template, messages, extra, cancel=cancel, within_context=within_context)
 
     def _render(
-        self, template: str, messages: Sequence[ChatMessage], extra: dict[str, Any], *, split: bool = True
+        self,
+        template: str,
+        messages: Sequence[ChatMessage],
+        extra: dict[str, Any],
+        *,
+        split: bool = True,
+        cancel: threading.Event | None = None,
+        within_context: bool = False,
     ) -> ChatPrompt:
         """`split`: also find how the answer splits (one more render, without the generation
         prompt: left out while looking for the turns that fit)."""
         bos, eos = self._special_texts()
-        rendered = render_conversation(template, messages, bos_token=bos, eos_token=eos, variables=extra)
+        rendered = render_conversation(
+            template, messages, bos_token=bos, eos_token=eos, variables=extra, cancel=cancel
+        )
         text = rendered.text
+        if within_context:
+            self._check_chars(text)
+        _check_unicode(self.target, text)
+        specials = self.special_tokens
+        spans: list[tuple[int, int]] = []
+        spelled = [t for m in messages for t in (m.content, m.reasoning) if t and specials.control_in(t)]
+        if spelled:  # (rare: the usual conversation is tokenized without rendering it twice)
+            found = content_spans(
+                template, messages, text, bos_token=bos, eos_token=eos, variables=extra, cancel=cancel
+            )
+            if found is None:  # the template changes contents: look for the ones that matter
+                found = find_contents(text, spelled)
+            if found is None:
+                raise TandemError(
+                    "a message spells one of the model's control tokens ("
+                    f"{specials.control_in(spelled[0])}) and the chat template changes its text, so "
+                    "it cannot be kept as plain text: remove the control token from the message"
+                )
+            spans = found
+        pieces = specials.split(text, spans)
+        if within_context:
+            self._check_pieces(pieces)
         # Templates usually write the BOS text themselves; do not add a second one.
         add_special = not (bos and text.startswith(bos))
-        tokens = self.target.tokenize(text, add_special=add_special, parse_special=True)
+        tokens = tokenize_pieces(self.target, pieces, add_special=add_special, cancel=cancel)
         prompt = ChatPrompt(tokens, None, rendered.system_folded, text=text)
         return self._split(template, prompt, messages, extra) if split else prompt
 
@@ -192,13 +269,18 @@ class ModelPair:
         return prompt.tokens, prompt.dropped
 
     def _fitting(
-        self, template: str, messages: Sequence[ChatMessage], reserve: int, extra: dict[str, Any]
+        self,
+        template: str,
+        messages: Sequence[ChatMessage],
+        reserve: int,
+        extra: dict[str, Any],
+        cancel: threading.Event | None = None,
     ) -> ChatPrompt:
         limit = self.context_size - max(0, reserve)
         msgs = list(messages)
         system = msgs[:1] if msgs and msgs[0].role == "system" else []
         turns = msgs[len(system) :]
-        whole = self._render(template, [*system, *turns], extra, split=False)
+        whole = self._render(template, [*system, *turns], extra, split=False, cancel=cancel)
         if len(whole.tokens) <= limit:
             return self._split(template, whole, [*system, *turns], extra)
         # Cut points: where a user turn starts (so a reply never loses its question), and the
@@ -210,13 +292,15 @@ class ModelPair:
         best: ChatPrompt | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = self._render(template, [*system, *turns[cuts[mid] :]], extra, split=False)
+            candidate = self._render(
+                template, [*system, *turns[cuts[mid] :]], extra, split=False, cancel=cancel
+            )
             if len(candidate.tokens) <= limit:
                 best, hi = replace(candidate, dropped=cuts[mid]), mid - 1
             else:
                 lo = mid + 1
         if best is None:
-            need = len(self._render(template, [*system, turns[-1]], extra, split=False).tokens)
+            need = len(self._render(template, [*system, turns[-1]], extra, split=False, cancel=cancel).tokens)
             raise ContextOverflowError(
                 f"the message needs {need:,} tokens but the context holds {self.context_size:,} "
                 f"(with {reserve:,} kept for the answer): shorten it, or use a larger context"
@@ -235,8 +319,16 @@ class ModelPair:
         """Tokens that fit in both models' contexts."""
         return min(m.n_ctx for m in (self.target, self.draft) if m is not None)
 
-    def raw_prompt(self, text: str) -> list[int]:
-        return self.target.tokenize(text, add_special=True, parse_special=False)
+    def raw_prompt(self, text: str, *, within_context: bool = False) -> list[int]:
+        """`text` as tokens, special-token texts included as plain text. `within_context`: as
+        for chat_prompt."""
+        if within_context:
+            self._check_chars(text)
+        _check_unicode(self.target, text)
+        pieces = self.special_tokens.split(text, [(0, len(text))])  # all of it content
+        if within_context:
+            self._check_pieces(pieces)
+        return tokenize_pieces(self.target, pieces, add_special=True)
 
     # ------------------------------------------------------------------ generation
     def check_request(
@@ -274,3 +366,12 @@ class ModelPair:
             costs=self.costs if costs is None else costs,
             lock=self._lock,
         )
+
+
+def _check_unicode(model: LoadedModel, text: str) -> None:
+    """Refuse text with a lone surrogate with the tokenizer's own message, which says where."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        model.tokenize(text)  # raises TandemError naming the character
+        raise

@@ -1,8 +1,9 @@
 """The HTTP routes of `tandem serve` (FastAPI): OpenAI's chat and text completions, the model
 list, and a health check, over one loaded pair.
 
-A request goes: body checked (schema.py) → prompt built, then checked by the engine → its turn
-in the queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer.
+A request goes: Host and body size checked (guards.py) → body checked (schema.py) → prompt
+built in a thread the server can stop (prompts.py), then checked by the engine → its turn in the
+queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
@@ -31,6 +32,7 @@ from app.engine import (
     TandemError,
     TokenEvent,
 )
+from app.engine.chat_template import ChatTemplateError
 from app.engine.errors import ContextOverflowError
 from app.session.choices import Choices, generation_config
 from app.session.prompts import build_chat, system_folded_note
@@ -41,13 +43,17 @@ from .errors import (
     api_error_handler,
     bad_request,
     http_error_handler,
+    quoted,
     unexpected_error_handler,
     validation_error_handler,
 )
+from .guards import BodyGuard, HostCheck, HostGuard
+from .prompts import PromptBuilds, StoppedBuilding
 from .schema import ChatCompletionRequest, CompletionRequest
 from .slot import ClientGone, Generation, Slot
 
 log = logging.getLogger("tandem.serve")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,33 @@ class ServeSettings:
     api_key: str | None = None
     max_waiting: int = 32
     spec: Any = None  # the catalog pair (its settings apply), when serving one
+    host: str = "127.0.0.1"  # the address it listens on: which Host headers it answers to
+    allowed_hosts: tuple[str, ...] = ()  # more names it answers to (--allow-host; "*": any)
+    max_body: int | None = None  # bytes; None: body_limit(context)
+    read_timeout_s: float = 30.0  # for a request to arrive, headers and body (run.py)
+    max_connections: int | None = None  # None: connection_limit(max_waiting) (run.py)
+
+
+# A request body is refused past this many bytes per token of context, and never below the
+# floor: a prompt that fills the context is a few characters a token (at most 6 bytes each as
+# JSON escapes), so this leaves room for any real one while a hostile body is refused early.
+BODY_BYTES_PER_TOKEN = 64
+MIN_BODY_LIMIT = 4 * 2**20
+
+
+def body_limit(context: int) -> int:
+    return max(MIN_BODY_LIMIT, BODY_BYTES_PER_TOKEN * context)
 
 
 def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
     slot = Slot(pair, settings.max_waiting)
     told: set[str] = set()  # notes logged once per server
+    prompts = PromptBuilds()
+    _ = pair.special_tokens.longest  # read once now, rather than by the first request
     app = FastAPI(title="Tandem", version=__version__, docs_url="/docs", redoc_url=None)
     app.state.slot = slot
+    app.state.prompts = prompts
+
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
@@ -92,7 +118,8 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             return
         raise ApiError(
             404,
-            f"model '{name}' is not served here: this server serves '{settings.model_id}' (GET /v1/models)",
+            f"model '{quoted(name)}' is not served here: this server serves '{settings.model_id}' "
+            "(GET /v1/models)",
             param="model",
             code="model_not_found",
         )
@@ -123,6 +150,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             "model": settings.model_id,
             "busy": slot.busy,
             "waiting": slot.waiting,
+            "preparing": prompts.running,  # prompts being built (rendered, tokenized)
             "answers": dict(slot.ended),  # by how they ended: eog, max_tokens, cancelled...
         }
 
@@ -143,10 +171,15 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         think = body.think(settings.choices.think)
         variables = body.chat_template_kwargs
 
-        def build() -> ChatPrompt:
-            return build_chat(pair, messages, think=think, variables=variables)
+        def build(cancel: threading.Event) -> ChatPrompt:
+            return build_chat(
+                pair, messages, think=think, variables=variables, cancel=cancel, within_context=True
+            )
 
-        chat = await _prompt(build, "messages")
+        try:
+            chat = await _prompt(request, build, "messages")
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client left
         if chat.system_folded and "system" not in told:
             told.add("system")
             log.warning("%s", system_folded_note(pair))
@@ -160,8 +193,11 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         text = body.text
         if not text:
             raise bad_request("the prompt is empty", param="prompt")
-        prompt = await _prompt(lambda: ChatPrompt(pair.raw_prompt(text)), "prompt")
-        return await answer(request, "text", prompt.tokens, body.request_choices(settings.choices), body)
+        try:
+            prompt = await _prompt(request, lambda _: pair.raw_prompt(text, within_context=True), "prompt")
+        except ClientGone:
+            return Response(status_code=499)
+        return await answer(request, "text", prompt, body.request_choices(settings.choices), body)
 
     async def answer(
         request: Request,
@@ -191,15 +227,26 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             return _EventStream(_stream(gen, frame, body.include_usage), gen)
         return await _whole(request, gen, frame)
 
+    async def _prompt(request: Request, build: Callable[[threading.Event], T], param: str) -> T:
+        """Render and tokenize off the event loop (a long history takes milliseconds), stopped if
+        the client leaves (ClientGone) or the server stops."""
+        try:
+            return await prompts.build(build, _disconnected(request))
+        except StoppedBuilding:
+            raise _shutdown_error() from None
+        except ContextOverflowError as exc:  # refused by its length, before tokenizing all of it
+            raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None
+        except ChatTemplateError as exc:  # a template that fails on these messages
+            hint = "send the text as a plain prompt to /v1/completions instead"
+            raise bad_request(f"{exc.problem}; {hint}" if exc.hint else str(exc), param=param) from None
+        except TandemError as exc:  # text that is not Unicode...
+            raise bad_request(str(exc), param=param) from None
+
+    # Added last, run first: the Host, then the body's size, then the key (check_key).
+    limit = settings.max_body if settings.max_body is not None else body_limit(pair.context_size)
+    app.add_middleware(BodyGuard, limit=limit, stopping=slot.stopping)
+    app.add_middleware(HostGuard, check=HostCheck(settings.host, settings.allowed_hosts))
     return app
-
-
-async def _prompt(build: Callable[[], ChatPrompt], param: str) -> ChatPrompt:
-    """Render and tokenize off the event loop (a long history takes milliseconds)."""
-    try:
-        return await run_in_threadpool(build)
-    except TandemError as exc:  # a chat template that fails on these messages, text that is not Unicode
-        raise bad_request(str(exc), param=param) from None
 
 
 async def _disconnected(request: Request) -> None:

@@ -6,6 +6,10 @@ Types are strict (a string is not a number) and ranges are OpenAI's where it set
 Features Tandem does not have (several choices, log-probabilities, tools, penalties) are refused
 with a sentence rather than silently ignored: ignoring them would return something other than
 what was asked for. Other fields are ignored, as OpenAI-compatible servers do.
+
+Lists are bounded (MAX_MESSAGES, MAX_CONTENT_PARTS, 16 stop strings): a body of a million tiny
+items would otherwise cost a million validation errors before the first one could be reported.
+Numbers must be finite (JSON's NaN and Infinity, which Python reads, are refused by name).
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ from app.engine.reasoning import think_from_variables
 from app.session.choices import Choices
 
 from .errors import bad_request
+
+# Messages in one chat request. A real conversation that fits a context has far fewer (each
+# message costs at least a few tokens of template markup: 10,000 messages are 40,000+ tokens of
+# markup alone), and the bound keeps a hostile list of millions from costing seconds to check.
+MAX_MESSAGES = 10_000
+# Content parts in one message: text parts are joined, so a real client sends a handful.
+MAX_CONTENT_PARTS = 1_000
+MAX_STOPS = 16
 
 
 class StreamOptions(BaseModel):
@@ -47,6 +59,8 @@ class Message(BaseModel):
             return v
         if not isinstance(v, list):
             raise ValueError("must be a string or a list of content parts")
+        if len(v) > MAX_CONTENT_PARTS:
+            raise ValueError(f"at most {MAX_CONTENT_PARTS:,} content parts")
         for part in v:
             if not (
                 isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
@@ -70,10 +84,10 @@ class _Sampling(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0.0, lt=1.0)
+    min_p: float | None = Field(default=None, ge=0.0, lt=1.0, allow_inf_nan=False)
     seed: int | None = None
     stop: Any = None  # a string or a list of strings
     stream: bool = False
@@ -81,8 +95,8 @@ class _Sampling(BaseModel):
     # Refused unless they ask for nothing (see the module's docstring).
     n: int | None = None
     logprobs: Any = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, allow_inf_nan=False)
+    frequency_penalty: float | None = Field(default=None, allow_inf_nan=False)
 
     @field_validator("stop")
     @classmethod
@@ -90,10 +104,12 @@ class _Sampling(BaseModel):
         if v is None:
             return None
         stops = [v] if isinstance(v, str) else v
+        if (
+            isinstance(stops, list) and len(stops) > MAX_STOPS
+        ):  # counted first: a long list is refused at once
+            raise ValueError(f"at most {MAX_STOPS} stop strings")
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise ValueError("must be a string or a list of strings")
-        if len(stops) > 16:
-            raise ValueError("at most 16 stop strings")
         if any(not s for s in stops):
             raise ValueError("a stop string must not be empty")
         return [str(s) for s in stops]
@@ -160,9 +176,9 @@ def _check_template_kwargs(v: Any) -> dict[str, Any] | None:
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)  # the newer name of max_tokens
-    tools: list[Any] | None = None
+    tools: list[Any] | None = None  # refused when not empty; any length costs one check
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: Any = None  # checked by _template_kwargs (one sentence per problem)
 
@@ -200,6 +216,8 @@ class CompletionRequest(_Sampling):
     @field_validator("prompt")
     @classmethod
     def _prompt(cls, v: Any) -> str | list[str]:
+        if isinstance(v, list) and len(v) > 1:  # refused by unsupported(), without looking at each
+            return v
         if isinstance(v, str) or (isinstance(v, list) and all(isinstance(p, str) for p in v)):
             return v
         raise ValueError("must be a string (token-id prompts are not supported)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from app.engine import DoneEvent, Event, GenerationConfig, ModelPair, PrefillEvent, RoundEvent, TandemError
 
 from .errors import ApiError
+from .stopping import Stopping
 
 
 class ClientGone(Exception):
@@ -79,7 +80,7 @@ class Slot:
         self._turn: asyncio.Lock | None = None  # made in the serving loop, on first use
         self._running: Generation | None = None
         self._thread: threading.Thread | None = None
-        self.stopping = threading.Event()  # set at shutdown
+        self.stopping = Stopping()  # set at shutdown
         # Answers given so far, by how they ended ("eog", "max_tokens", "cancelled"...): /health.
         self.ended: Counter[str] = Counter()
 

@@ -13,6 +13,7 @@ a switch; `thinking_note` says what it does where it has none.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -44,9 +45,16 @@ def messages_for(text: str, system: str | None = None) -> list[ChatMessage]:
     return [*([ChatMessage("system", system)] if system else []), ChatMessage("user", text)]
 
 
-def chat_prompt(pair: ModelPair, messages: Sequence[ChatMessage]) -> list[int]:
-    """The conversation as tokens: the model's chat template, or a transcript without one."""
-    return build_chat(pair, messages).tokens
+def chat_prompt(
+    pair: ModelPair,
+    messages: Sequence[ChatMessage],
+    *,
+    cancel: threading.Event | None = None,
+    within_context: bool = False,
+) -> list[int]:
+    """The conversation as tokens: the model's chat template, or a transcript without one.
+    `cancel` and `within_context`: as for ModelPair.chat (the server's)."""
+    return build_chat(pair, messages, cancel=cancel, within_context=within_context).tokens
 
 
 def build_chat(
@@ -55,12 +63,17 @@ def build_chat(
     *,
     think: bool | None = None,
     variables: Mapping[str, Any] | None = None,
+    cancel: threading.Event | None = None,
+    within_context: bool = False,
 ) -> ChatPrompt:
     """The conversation as a prompt: the model's chat template (thinking on, off or its default;
-    `variables`: more for the template), or a transcript without one (nothing to split)."""
+    `variables`: more for the template), or a transcript without one (nothing to split).
+    `cancel` and `within_context`: as for ModelPair.chat (the server's)."""
     if pair.has_chat_template():
-        return pair.chat(messages, think=think, variables=variables)
-    return ChatPrompt(pair.raw_prompt(transcript(messages)))
+        return pair.chat(
+            messages, think=think, variables=variables, cancel=cancel, within_context=within_context
+        )
+    return ChatPrompt(pair.raw_prompt(transcript(messages), within_context=within_context))
 
 
 def text_prompt(pair: ModelPair, text: str, *, raw: bool = False, system: str | None = None) -> list[int]:

@@ -52,7 +52,7 @@ def _open_stream(served: Served, body: dict[str, Any]) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", served.port))
     data = json.dumps(body).encode()
     s.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(data)}\r\n\r\n".encode()
         + data
     )
