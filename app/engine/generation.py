@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from . import mtp
@@ -18,7 +18,7 @@ from .draft_policy import CostModel
 from .errors import ContextOverflowError, TandemError
 from .events import DoneEvent, Event, GenerationStats, Origin, PrefillEvent, StartEvent, StopReason
 from .model import LoadedModel
-from .reasoning import REASONING, ReasoningSplitter
+from .reasoning import REASONING, ReasoningFormat, ReasoningSplitter
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
 from .text_stream import TokenStream
@@ -115,7 +115,10 @@ def _drive(
             drafter=start.drafter,
             prompt_tokens=len(prompt),
         )
-        stream = TokenStream(target.piece, config.stop, target.texts)
+        if config.reasoning is None:
+            stream = TokenStream(target.piece, config.stop, target.texts)
+        else:  # (its own text cache: a marker's control token has text here, none elsewhere)
+            stream = TokenStream(marker_pieces(target, config.reasoning.format), config.stop)
         # A thinking model's output: each token is sorted into reasoning or answer as it is
         # released (None: all of it is the answer, and the loop below is as without it).
         splitter = ReasoningSplitter(config.reasoning) if config.reasoning is not None else None
@@ -260,3 +263,25 @@ def mtp_missing(target: LoadedModel) -> str:
 
 def _never() -> bool:
     return False
+
+
+def marker_pieces(model: LoadedModel, fmt: ReasoningFormat) -> Callable[[int], bytes]:
+    """`model.piece`, except that a control token whose text is part of one of the format's
+    markers keeps its text: the output's text leaves control tokens out, but a thinking model's
+    markers may be control tokens (gpt-oss's `<|channel|>`, `<|message|>`, `<|end|>`), and the
+    splitter must see them to tell reasoning from answer. It removes them from both parts."""
+    found: dict[int, bytes] = {}
+
+    def piece(token: int) -> bytes:
+        data = model.piece(token)
+        if data:
+            return data
+        known = found.get(token)
+        if known is None:
+            text = model.token_text(token)
+            known = found[token] = (
+                text.encode("utf-8") if text and any(text in m.text for m in fmt.markers) else b""
+            )
+        return known
+
+    return piece

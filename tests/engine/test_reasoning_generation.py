@@ -12,7 +12,7 @@ import model_files
 import pytest
 
 from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, Origin
-
+from app.engine.generation import marker_pieces
 from app.engine.reasoning import ReasoningSplit, tags
 from app.session.collect import collect
 
@@ -92,3 +92,18 @@ def test_template_without_a_system_role_folds_it(tmp_path: Path) -> None:
         assert prompt.system_folded and prompt.reasoning is None
         assert "<start_of_turn>user\nBe brief.\nHello there<end_of_turn>" in prompt.text
         assert not pair.thinking.thinks
+
+
+def test_markers_that_are_control_tokens_reach_the_splitter(tiny_pair: ModelPair) -> None:
+    """gpt-oss's markers (`<|channel|>`, `<|message|>`, `<|end|>`) are control tokens, which the
+    output's text leaves out: the splitter must still see them. SmolLM2's vocabulary (the tiny
+    models') has control tokens of its own to stand in for them."""
+    target = tiny_pair.target
+    im_start = target.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    assert len(im_start) == 1 and target.piece(im_start[0]) == b""  # a control token: no text
+    fmt = tags("<|im_start|>", "</answer>")
+    assert marker_pieces(target, fmt)(im_start[0]) == b"<|im_start|>"
+    plain = target.tokenize("Hello", add_special=False)[0]
+    assert marker_pieces(target, fmt)(plain) == target.piece(plain)
+    # A control token that is no marker's keeps no text.
+    assert marker_pieces(target, tags("<think>", "</think>"))(im_start[0]) == b""

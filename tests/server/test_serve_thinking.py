@@ -18,7 +18,6 @@ from serve_helpers import request, serving
 
 from app.cli.main import main
 from app.engine import LoadOptions, ModelPair
-
 from app.session.choices import Choices
 
 # As tests/conftest.py's TINY (a test module cannot import it by name: several conftests).
