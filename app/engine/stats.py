@@ -46,7 +46,7 @@ class DrafterStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
-class _KindRounds:
+class KindRounds:
     """`stats.<kind>_rounds`: the rounds a kind drafted (the names `--json` has always had,
     e.g. lookup_rounds), read from the per-kind record."""
 
@@ -62,7 +62,7 @@ class _KindRounds:
 
 
 @dataclass(frozen=True)
-class GenerationStats(_KindRounds):
+class GenerationStats(KindRounds):
     mode: Mode
     draft_max: int  # as run (see StartEvent): 0 for the target alone
     adaptive: bool = False

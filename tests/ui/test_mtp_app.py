@@ -16,8 +16,8 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Select, Static
 from ui_helpers import picker, run_app, send, wait_for, wait_ready
 
-from app.engine.mtp import heads_of
 from app.engine import Origin
+from app.engine.mtp import heads_of
 from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.screens.picker import PickerScreen
