@@ -10,9 +10,7 @@ generation loop and the app's live panel count with) are in stats.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from .config import DrafterChoice
 from .stats import GenerationStats, Mode, Origin, Part, PartStats, StopReason
 
 __all__ = ["GenerationStats", "Mode", "Origin", "Part", "PartStats", "StopReason"]
@@ -24,7 +22,7 @@ class StartEvent:
     run drafts a fixed K, `auto` without a draft model drafts with prompt lookup alone)."""
 
     mode: Mode
-    drafter: DrafterChoice | Literal[""]  # "" for the target alone
+    drafter: str  # the choice as run: "auto" or a kind (drafters/registry.py); "" the target alone
     draft_max: int  # K: the most per round (adaptive) or every round (fixed); 0 for the target alone
     adaptive: bool
 

@@ -59,7 +59,7 @@ def generate(
     # heads) is that kind.
     offered = registry.available(target, draft, config.drafter)
     as_run = offered[0].name if config.drafter == registry.AUTO and len(offered) == 1 else config.drafter
-    start = StartEvent("speculative", as_run, config.k_max, config.drafts_adaptively)  # type: ignore[arg-type]
+    start = StartEvent("speculative", as_run, config.k_max, config.drafts_adaptively)
     scheduler = Scheduler(target, draft, config, rng, cancel, costs or CostModel())
     models = [target] if draft is None else [target, draft]
     return _drive(target, models, prompt, config, start, scheduler, n_ctx, rng, cancel, lock)

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from .config import DrafterChoice
-
 
 class Origin(str, Enum):
     """Who produced a token the user sees."""
@@ -66,7 +64,7 @@ class GenerationStats(KindRounds):
     mode: Mode
     draft_max: int  # as run (see StartEvent): 0 for the target alone
     adaptive: bool = False
-    drafter: DrafterChoice | Literal[""] = ""  # the choice as run ("auto", or a kind); "" target alone
+    drafter: str = ""  # the choice as run ("auto", or a kind); "" for the target alone
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     prefill_s: float = 0.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import model_files
 import pytest
-from conftest import TINY
+from run_helpers import TINY
 
 from app.engine import ChatMessage, GenerationConfig, ModelPair, Origin
 from app.engine.reasoning import ReasoningSplit, tags

@@ -14,7 +14,7 @@ from typing import Any
 import model_files
 import openai
 import pytest
-from conftest import TINY
+from run_helpers import TINY
 from serve_helpers import request, serving
 
 from app.cli.main import main

@@ -19,12 +19,11 @@ COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.com
 # The choice of every kind the pair offers (--drafter auto): the scheduler ranks them.
 AUTO = "auto"
 
-_BY_NAME = {spec.name: spec for spec in KINDS}
 
 
 def spec(name: str) -> DrafterSpec | None:
     """The kind named `name` (None: "", no drafter, or a name no kind has)."""
-    return _BY_NAME.get(name)
+    return next((s for s in KINDS if s.name == name), None)
 
 
 def names() -> tuple[str, ...]:
@@ -41,7 +40,7 @@ def label(name: str) -> str:
 def chosen(choice: str) -> tuple[DrafterSpec, ...]:
     """The kinds a choice names: every kind for auto, else the one."""
     if choice == AUTO:
-        return KINDS
+        return tuple(KINDS)
     s = spec(choice)
     return (s,) if s is not None else ()
 
