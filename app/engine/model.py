@@ -364,37 +364,26 @@ class LoadedModel:
     def piece(self, token: int) -> bytes:
         """The token's bytes (may be part of a UTF-8 character); special tokens render empty."""
         cached = self._piece_cache.get(token)
-        if cached is not None:
-            return cached
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        out = buf.raw[:n]
-        self._piece_cache[token] = out
-        return out
+        if cached is None:
+            cached = self._piece_cache[token] = self._token_bytes(token, special=False)
+        return cached
 
     def token_text(self, token: int) -> str:
         """The vocabulary entry's text, special tokens included (for building prompts)."""
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
-        return buf.raw[:n].decode("utf-8", errors="replace")
+        return self._token_bytes(token, special=True).decode("utf-8", errors="replace")
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Text of a token sequence, special tokens included (for showing prompts)."""
-        out = bytearray()
-        for t in tokens:
-            buf = ctypes.create_string_buffer(64)
-            n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
-            out += buf.raw[:n]
-        return out.decode("utf-8", errors="replace")
+        return b"".join(self._token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
+
+    def _token_bytes(self, token: int, *, special: bool) -> bytes:
+        """llama_token_to_piece into a 64-byte buffer, or one as large as it says it needs."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
 
     def chat_template(self) -> str | None:
         ptr = llama_cpp.llama_model_chat_template(self._model, None)

@@ -20,7 +20,6 @@ COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.com
 AUTO = "auto"
 
 
-
 def spec(name: str) -> DrafterSpec | None:
     """The kind named `name` (None: "", no drafter, or a name no kind has)."""
     return next((s for s in KINDS if s.name == name), None)
