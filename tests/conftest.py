@@ -18,12 +18,9 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # read by huggingface_hub at impor
 import model_files
 from catalogs import DISTINCT_CATALOG, TINY_CATALOG, TINY_ONLY_CATALOG, TINY_REPO, install_catalog
 from hub_server import FakeHub
+from run_helpers import TINY
 
 from app.engine import LoadOptions, ModelPair
-
-# Tiny models compute in microseconds: one thread avoids paying for thread synchronisation on
-# every small matmul (ggml splits work by rows, so results do not depend on the thread count).
-TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from app.engine import GenerationConfig, ModelPair, SamplerSettings
+from app.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
 from app.engine.draft_policy import CostModel
 from app.session.collect import Outcome, collect
 
 # What a generation yielded, sorted by kind (tokens, rounds, prefill, done): the session layer's.
 Run = Outcome
+
+# Tiny models compute in microseconds: one thread avoids paying for thread synchronisation on
+# every small matmul (ggml splits work by rows, so results do not depend on the thread count).
+# (Here, not in conftest.py: `from conftest import` finds whichever conftest came first.)
+TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 
 def run(

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.engine.costs import MeasuredCosts
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from app.engine.drafters.names import MODEL
 from app.engine.events import RoundEvent
 
 Policy = AdaptivePolicy | FixedPolicy
@@ -97,7 +98,7 @@ def replay(trace: Trace, policy: Policy, costs: MeasuredCosts, max_tokens: int) 
         accepted = 0
         while accepted < drafted and pos + accepted < n and match[pos + accepted]:
             accepted += 1
-        cost += costs.round_cost("model" if drafted else "", drafted, caught_up=behind)
+        cost += costs.round_cost(MODEL if drafted else "", drafted, caught_up=behind)
         policy.observe(drafted, accepted)
         behind = (2 if accepted == drafted else 1) if drafted else behind + 1
         pos += accepted + 1

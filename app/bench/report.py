@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from app.engine.costs import MeasuredCosts
+from app.engine.drafters import registry
+from app.engine.stats import DrafterStats
 
 from .interval import bootstrap_median
 from .prompts import BenchPrompt
@@ -48,17 +51,16 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
     rejections = sum(1 for ev in rounds if ev.accepted < ev.drafted)
     drafted = sum(ev.drafted for ev in rounds)
     generated = sum(ev.emitted for ev in rounds)
-    # The target's own heads (MTP) are not timed by measure_costs: their rounds count the head
-    # steps as the round itself measured them, in target steps.
+    # Each kind prices its rounds (its spec's draft_cost; a kind measure_costs does not time,
+    # the target's own heads, counts its steps as the round measured them).
     cost = sum(
-        costs.round_cost(ev.drafter, ev.drafted, ev.caught_up, ev.looked_up)
-        + (ev.draft_s / costs.target_step_s if ev.drafter == "mtp" else 0.0)
-        for ev in rounds
+        costs.round_cost(ev.drafter, ev.drafted, ev.caught_up, ev.looked_up, ev.draft_s) for ev in rounds
     )
     ratios = _ratios(records, setting)
     speedup = statistics.median(ratios) if ratios else 0.0
     predicted = generated / cost if cost else 0.0
-    model_rounds = [ev for ev in rounds if ev.drafter == "model"]
+    kinds = _kinds(mine)
+    by_model = any(d.rounds for kind, d in kinds.items() if registry.uses_draft_model(kind))
     base_ids = {(r.prompt, r.run): r.ids for r in base}
     return {
         "speedup": speedup,
@@ -68,10 +70,10 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_round": generated / n_rounds,
         "mean_draft_length": drafted / n_rounds,
-        "lookup_share": sum(1 for ev in rounds if ev.drafter == "lookup") / n_rounds,
-        # Rounds drafted by the target's own heads.
-        "mtp_share": sum(1 for ev in rounds if ev.drafter == "mtp") / n_rounds,
-        "c": (costs.c if model_rounds else costs.c_lookup) if rounds else 0.0,
+        # Each kind's share of the rounds (`<kind>_share`), and its counts (GenerationStats's).
+        **{f"{kind}_share": d.rounds / n_rounds for kind, d in kinds.items()},
+        "drafters": {kind: asdict(d) for kind, d in kinds.items()},
+        "c": (costs.c if by_model else costs.c_lookup) if rounds else 0.0,
         "v": costs.v(drafted / n_rounds + 1),
         "predicted_speedup": predicted,
         "efficiency": speedup / predicted if predicted else 0.0,
@@ -81,6 +83,20 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
         "speculative_tokens_per_s": _aggregate_tps(mine),
         "baseline_tokens_per_s": _aggregate_tps(base),
     }
+
+
+def _kinds(records: Sequence[RunRecord]) -> dict[str, DrafterStats]:
+    """Per drafter kind, the engine's counts summed over the runs."""
+    out = {kind: DrafterStats() for kind in registry.names()}
+    for r in records:
+        for kind, d in r.stats.drafters.items():
+            total = out.setdefault(kind, DrafterStats())
+            total.rounds += d.rounds
+            total.drafted += d.drafted
+            total.accepted += d.accepted
+            total.draft_s += d.draft_s
+            total.seconds += d.seconds
+    return out
 
 
 def build_report(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from .errors import TandemError
 from .sampling import SamplerSettings
 
-if TYPE_CHECKING:  # (reasoning.py imports the events, which import this module)
+if TYPE_CHECKING:  # (only a type: the events' modules and reasoning.py need no config)
     from .reasoning import ReasoningSplit
 
 # The largest verification batch (K + 1 rows of logits): contexts are created for it.

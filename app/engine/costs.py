@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .drafters import registry
 from .drafters.lookup import LookupDrafter
 from .model import LoadedModel
 
@@ -53,19 +54,15 @@ class MeasuredCosts:
         points = {1: self.draft_step_s, **self.draft_batch_s}
         return _interpolate(points, n) / self.target_step_s
 
-    def round_cost(self, drafter: str, drafted: int, caught_up: int = 1, looked_up: int = 0) -> float:
-        """A round's cost in target steps: drafting plus verifying drafted + 1 tokens.
-
-        A draft-model round pays its first batch (catching up on `caught_up` tokens, more than
-        one after rounds drafted by lookup) and then c per further draft token; the lookup
-        tokens that may end an auto round cost no draft steps."""
-        if drafter == "model" and drafted:
-            own = drafted - looked_up
-            draft = self.catchup(max(1, caught_up)) + max(0, own - 1) * (self.c or 0.0)
-        elif drafter == "lookup":
-            draft = self.c_lookup
-        else:
-            draft = 0.0
+    def round_cost(
+        self, drafter: str, drafted: int, caught_up: int = 1, looked_up: int = 0, draft_s: float = 0.0
+    ) -> float:
+        """A round's cost in target steps: drafting (the kind prices it: its spec's
+        `draft_cost`; a draft-model round pays its first batch, catching up on `caught_up`
+        tokens, then c per further token) plus verifying drafted + 1 tokens. `draft_s`: the
+        drafting time the round measured, for a kind these measurements do not time."""
+        kind = registry.spec(drafter)
+        draft = 0.0 if kind is None else kind.draft_cost(self, drafted, caught_up, looked_up, draft_s)
         return draft + self.v(drafted + 1)
 
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .drafters.names import LOOKUP, MODEL
+
 
 @dataclass
 class _Ema:
@@ -71,6 +73,8 @@ class DraftCosts:
     accepted: float = _PRIOR_ACCEPTED  # long-run acceptance, starting from the prior
     trials: float = _PRIOR_TRIALS
     idle_rounds: int = 0  # rounds since this drafter last drafted
+    # Its cost is one search whatever K (prompt lookup: observe_search), not a step per token.
+    flat: bool = False
 
     @property
     def alpha(self) -> float:
@@ -104,7 +108,7 @@ class CostModel:
 
     # --- observations -------------------------------------------------------------------
     def observe_model_draft(
-        self, behind: int, first_s: float, rest_s: float, rest_steps: int, kind: str = "model"
+        self, behind: int, first_s: float, rest_s: float, rest_steps: int, kind: str = MODEL
     ) -> None:
         """A round drafted by a model (a draft model, or the target's MTP heads): its first
         step, which caught up on `behind` tokens, and the steps after it."""
@@ -116,8 +120,14 @@ class CostModel:
         if behind >= 2 and d.step.known:
             d.catchup_per_token.add(max(0.0, first_s - d.step.value) / (behind - 1))
 
+    def observe_search(self, kind: str, seconds: float) -> None:
+        """A drafter whose cost is one search whatever K (prompt lookup) searched."""
+        d = self.of(kind)
+        d.flat = True
+        d.first.add(seconds)
+
     def observe_lookup(self, seconds: float) -> None:
-        self.of("lookup").first.add(seconds)
+        self.observe_search(LOOKUP, seconds)
 
     def observe_verify(self, n_tokens: int, seconds: float) -> None:
         self.verify.setdefault(n_tokens, _Ema()).add(seconds)
@@ -142,7 +152,7 @@ class CostModel:
         d = self.of(kind)
         if not d.first.known:
             return None
-        if kind == "lookup":
+        if d.flat:
             return d.first.value  # one search, whatever K
         step = d.step.value if d.step.known else d.first.value
         return d.first.value + (k - 1) * step
@@ -157,9 +167,10 @@ class CostModel:
         restore = self.restore.value if self.restore.known else 0.0
         return checkpoint + (1.0 - alpha**k) * restore
 
-    def catchup_time(self, tokens: float) -> float:
-        """Extra draft-model time to catch up on `tokens` it did not draft itself."""
-        d = self.of("model")
+    def catchup_time(self, tokens: float, kind: str = MODEL) -> float:
+        """Extra time a drafter that keeps in step (a draft model) takes to catch up on
+        `tokens` it did not draft itself."""
+        d = self.of(kind)
         if d.catchup_per_token.known:
             return tokens * d.catchup_per_token.value
         step = d.step.value if d.step.known else (d.first.value if d.first.known else 0.0)
@@ -269,7 +280,7 @@ class AdaptivePolicy:
     # ... times this per round since the drafter last drafted (down to half a token).
     _IDLE_FADE = 0.97
 
-    def __init__(self, k_max: int, costs: CostModel, kind: str = "model", k_start: int = 4) -> None:
+    def __init__(self, k_max: int, costs: CostModel, kind: str = MODEL, k_start: int = 4) -> None:
         self.k_max = k_max
         self.costs = costs
         self.kind = kind

@@ -2,33 +2,18 @@
 
     StartEvent, PrefillEvent, then per round: TokenEvent* RoundEvent, and finally one DoneEvent.
 
-The front-ends (the CLI, the app, the benchmark) consume only these; nothing about llama.cpp
-leaks through them.
+The front-ends (the CLI, the app, the benchmark, the server) consume only these; nothing about
+llama.cpp leaks through them. The statistics (GenerationStats, and the accumulator both the
+generation loop and the app's live panel count with) are in stats.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from enum import Enum
-from typing import Any, Literal
+from dataclasses import dataclass
 
-from .config import DrafterChoice
-from .drafters import DrafterKind
+from .stats import GenerationStats, Mode, Origin, Part, PartStats, StopReason
 
-
-class Origin(str, Enum):
-    """Who produced a token the user sees."""
-
-    DRAFT = "draft"  # a drafter's guess (the draft model's or prompt lookup's), accepted by the target
-    TARGET = "target"  # the target's own token: a correction after a rejection (or no draft)
-    BONUS = "bonus"  # the target's extra token after a fully accepted draft run
-
-
-StopReason = Literal["eog", "max_tokens", "stop_string", "cancelled", "context_full"]
-# Which part of the output a token belongs to: a thinking model's reasoning, or the answer
-# (reasoning.py splits them; every token of a model that does not think is "answer").
-Part = Literal["reasoning", "answer"]
-Mode = Literal["speculative", "baseline"]
+__all__ = ["GenerationStats", "Mode", "Origin", "Part", "PartStats", "StopReason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +22,7 @@ class StartEvent:
     run drafts a fixed K, `auto` without a draft model drafts with prompt lookup alone)."""
 
     mode: Mode
-    drafter: DrafterChoice | Literal[""]  # "" for the target alone
+    drafter: str  # the choice as run: "auto" or a kind (drafters/registry.py); "" the target alone
     draft_max: int  # K: the most per round (adaptive) or every round (fixed); 0 for the target alone
     adaptive: bool
 
@@ -74,15 +59,15 @@ class RoundEvent:
     draft_s: float
     verify_s: float
     k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
-    drafter: DrafterKind | Literal[""] = ""  # who drafted: "model", "lookup", or "" (no draft)
-    # Tokens the draft model decoded in this round's first batch: 1 normally, 2 after a fully
-    # accepted round, more after rounds it sat out (prompt lookup drafted); 0 if it did not run.
+    drafter: str = ""  # the kind that drafted (drafters/names.py), or "" (no draft)
+    # Tokens the drafter decoded in this round's first batch: 1 normally, 2 after a fully
+    # accepted round, more after rounds it sat out (another kind drafted); 0 if it did not run.
     caught_up: int = 0
     # Of the drafted tokens, how many prompt lookup proposed: all of a lookup round's; in an
     # auto round the draft model's tokens may be followed by a lookup continuation.
     looked_up: int = 0
-    first_draft_s: float = 0.0  # of draft_s, the draft model's first batch (catch-up included)
-    draft_passes: int = 0  # draft-model decode calls (the first batch included)
+    first_draft_s: float = 0.0  # of draft_s, the drafter's first batch (catch-up included)
+    draft_passes: int = 0  # the drafter's decode calls (a draft model's or the heads'; 0: lookup)
     # The round's tokens: the accepted drafts, then the target's own (a correction or the bonus).
     tokens: tuple[int, ...] = ()
     # Of verify_s, what undoing rejected drafts cost: copying a recurrent target's state before
@@ -97,107 +82,6 @@ class RoundEvent:
         if i < self.accepted:
             return Origin.DRAFT
         return Origin.BONUS if self.drafted and self.accepted == self.drafted else Origin.TARGET
-
-
-@dataclass(frozen=True)
-class GenerationStats:
-    mode: Mode
-    draft_max: int  # as run (see StartEvent): 0 for the target alone
-    adaptive: bool = False
-    drafter: DrafterChoice | Literal[""] = ""  # as run: "model", "lookup", "auto"; "" target alone
-    prompt_tokens: int = 0
-    prefill_tokens: int = 0
-    prefill_s: float = 0.0
-    generated: int = 0  # tokens in the answer (end-of-generation token excluded)
-    decode_s: float = 0.0  # wall time from the first round to the last, prefill excluded
-    rounds: int = 0  # target forward passes during decoding
-    lookup_rounds: int = 0  # of which drafted by prompt lookup
-    drafted: int = 0
-    accepted: int = 0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    llama_s: float = 0.0  # of decode_s, time inside llama_decode (both models)
-    stop_reason: StopReason = "max_tokens"
-    # Of the above, the reasoning's share (a thinking model's; all 0 for the others): its
-    # tokens, the drafts proposed and accepted in rounds that started in it, and those rounds'
-    # time. The answer's share is the rest (`answer`).
-    reasoning_tokens: int = 0
-    reasoning_drafted: int = 0
-    reasoning_accepted: int = 0
-    reasoning_decode_s: float = 0.0
-
-    @property
-    def reasoning(self) -> PartStats:
-        return PartStats(
-            self.reasoning_tokens, self.reasoning_drafted, self.reasoning_accepted, self.reasoning_decode_s
-        )
-
-    @property
-    def answer(self) -> PartStats:
-        return PartStats(
-            self.generated - self.reasoning_tokens,
-            self.drafted - self.reasoning_drafted,
-            self.accepted - self.reasoning_accepted,
-            max(0.0, self.decode_s - self.reasoning_decode_s),
-        )
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_round(self) -> float:
-        return self.generated / self.rounds if self.rounds else 0.0
-
-    @property
-    def python_overhead(self) -> float:
-        """Share of decode time spent outside llama.cpp (sampling, bookkeeping, Python)."""
-        return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            acceptance_rate=self.acceptance_rate,
-            tokens_per_round=self.tokens_per_round,
-            python_overhead=self.python_overhead,
-            reasoning=self.reasoning.to_dict(),
-            answer=self.answer.to_dict(),
-        )
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class PartStats:
-    """One part's share of a generation (GenerationStats.reasoning / .answer): drafts are
-    often accepted at a different rate in a model's reasoning than in its answer."""
-
-    tokens: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    decode_s: float = 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "decode_s": self.decode_s,
-            "acceptance_rate": self.acceptance_rate,
-            "tokens_per_s": self.tokens_per_s,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,17 +11,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import Protocol
 
-from . import mtp
 from .config import GenerationConfig
 from .draft_policy import CostModel
+from .drafters import registry
 from .errors import ContextOverflowError, TandemError
 from .events import DoneEvent, Event, GenerationStats, Origin, PrefillEvent, StartEvent, StopReason
 from .model import LoadedModel
 from .reasoning import REASONING, ReasoningFormat, ReasoningSplitter
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
+from .stats import Tally
 from .text_stream import TokenStream
+
+
+class _Clock(Protocol):
+    decode_seconds: float
 
 
 def generate(
@@ -37,9 +43,9 @@ def generate(
 ) -> Iterator[Event]:
     """Run one generation: speculative, or the target alone (speculative=False).
 
-    The draft model is used when config.drafter is "model" or "auto" and one is given; the
-    target's own draft heads (MTP) when it is "mtp" or "auto" and the target has them;
-    "lookup" (and "auto" without either) drafts from the context instead.
+    config.drafter names one drafter kind (drafters/registry.py), or auto: every kind this pair
+    offers (a draft model when one is given, the target's own heads when it has them, prompt
+    lookup always), and the scheduler ranks them each round.
     `costs` carries the measured draft/verify costs of this pair from one generation to the
     next (adaptive drafting starts well informed); a fresh one is used if not given. `lock`:
     held while the generation runs; taken when it starts, refused if another one holds it.
@@ -49,13 +55,11 @@ def generate(
     if not speculative:
         start = StartEvent("baseline", "", 0, False)
         return _drive(target, [target], prompt, config, start, None, n_ctx, rng, cancel, lock)
-    has_own = draft is not None or (target.mtp is not None and config.drafter != "model")
-    start = StartEvent(
-        "speculative",
-        config.drafter if has_own or config.drafter == "lookup" else "lookup",
-        config.k_max,
-        config.drafts_adaptively,
-    )
+    # As run: auto with a single kind to draft with (prompt lookup, without a draft model or
+    # heads) is that kind.
+    offered = registry.available(target, draft, config.drafter)
+    as_run = offered[0].name if config.drafter == registry.AUTO and len(offered) == 1 else config.drafter
+    start = StartEvent("speculative", as_run, config.k_max, config.drafts_adaptively)
     scheduler = Scheduler(target, draft, config, rng, cancel, costs or CostModel())
     models = [target] if draft is None else [target, draft]
     return _drive(target, models, prompt, config, start, scheduler, n_ctx, rng, cancel, lock)
@@ -75,11 +79,10 @@ def check_request(
     config.validate()
     if not prompt:
         raise TandemError("the prompt is empty")
-    if speculative and config.drafter == "model" and draft is None:
-        raise TandemError("the model drafter needs a draft model: load one, or use prompt lookup")
-    if speculative and config.drafter == "mtp" and target.mtp is None:
-        raise TandemError(mtp_missing(target))
-    if not (speculative and config.drafter in ("model", "auto")):
+    why = registry.missing(target, draft, config.drafter) if speculative else None
+    if why is not None:
+        raise TandemError(why)
+    if not (speculative and registry.uses_draft_model(config.drafter)):
         draft = None
     n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
     if len(prompt) >= n_ctx:
@@ -108,7 +111,7 @@ def _drive(
         raise TandemError("a generation is already running on this model pair")
     try:
         yield start
-        stats = GenerationStats(
+        base = GenerationStats(
             mode=start.mode,
             draft_max=start.draft_max,
             adaptive=start.adaptive,
@@ -128,12 +131,13 @@ def _drive(
         t0 = time.perf_counter()
         head = list(prompt[:-1])
         reused = target.keep_prefix_of(head)
-        if target.mtp is not None:
-            # The heads take the target's hidden rows as it decodes, when they may draft (a
-            # plain run does not pay for them); they can only go on from tokens whose rows
-            # they got, so the target re-reads whatever it decoded without them.
-            following = scheduler is not None and scheduler.mtp is not None
-            covered = target.mtp.set_following(following)
+        # What follows the target's decodes (its MTP heads) takes their extra outputs only when
+        # a drafter of this generation uses it (a plain run does not pay for them); it can go
+        # on only from tokens it saw decoded, so the target re-reads whatever it decoded unseen.
+        used = scheduler.listeners if scheduler is not None else []
+        for listener in target.listeners:
+            following = listener in used
+            covered = listener.set_following(following)
             if following and covered < reused:
                 target.truncate(covered, replay=False)
                 reused = len(target.cached)
@@ -143,21 +147,19 @@ def _drive(
         ready = len(target.cached) >= len(head) and (scheduler is None or scheduler.begin(head, cancelled))
         prefilled = len(head) - reused + 1  # the last token is decoded in round one
         prefill_s = time.perf_counter() - t0
-        stats = replace(stats, prefill_tokens=prefilled, prefill_s=prefill_s)
+        base = replace(base, prefill_tokens=prefilled, prefill_s=prefill_s)
         yield PrefillEvent(len(prompt), prefilled, prefill_s)
 
         history = list(prompt)
-        generated = rounds = drafted = accepted = lookup_rounds = 0
-        draft_s = verify_s = 0.0
-        # The reasoning's share: its tokens and accepted drafts as released, and the drafts and
-        # time of the rounds that started inside it.
-        r_tokens = r_drafted = r_accepted = 0
-        r_seconds = 0.0
+        generated = 0
+        # The counts (stats.py; the app's live panel counts with the same): the reasoning's
+        # share too, its tokens and accepted drafts as released, and the drafts and time of
+        # the rounds that started inside it.
+        tally = Tally(registry.names())
+        add_round = tally.add_round
         sampler, max_tokens, eog = config.sampler, config.max_tokens, target.eog
-        # Time inside llama.cpp: the models' decodes, and the draft heads' when they draft.
-        clocks: list[LoadedModel | mtp.MtpHead] = [*models]
-        if scheduler is not None and scheduler.mtp is not None:
-            clocks.append(scheduler.mtp.head)
+        # Time inside llama.cpp: the models' decodes, and the listeners' (heads') when they draft.
+        clocks: list[_Clock] = [*models, *used]
         llama0 = sum(c.decode_seconds for c in clocks)
         t_start = time.perf_counter()
         reason: StopReason | None = None if ready else "cancelled"  # (a cancelled prefill)
@@ -180,12 +182,6 @@ def _drive(
                 break
             if scheduler is not None:
                 scheduler.observe(rnd)
-            rounds += 1
-            drafted += rnd.drafted
-            accepted += rnd.accepted
-            draft_s += rnd.draft_s
-            verify_s += rnd.verify_s
-            lookup_rounds += rnd.drafter == "lookup"
             # Accepted drafts, then the target's own token (asked once a round, not a token).
             own = rnd.origin(rnd.accepted)
             emitted = 0
@@ -200,18 +196,17 @@ def _drive(
                 else:
                     for ev in splitter.add_all(stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)):
                         if ev.part == REASONING:
-                            r_tokens += 1
-                            r_accepted += ev.origin is Origin.DRAFT
+                            tally.add_reasoning_token(ev.origin is Origin.DRAFT)
                         yield ev
                 if stream.stopped:
                     reason = "stop_string"
                     break
             generated += emitted
             if in_reasoning:
-                r_drafted += rnd.drafted
-                r_seconds += time.perf_counter() - t_round
+                tally.add_reasoning_round(rnd.drafted, time.perf_counter() - t_round)
             if emitted != rnd.emitted:
                 rnd.emitted = emitted  # the answer ended inside this round
+            add_round(rnd.drafter, rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s)
             yield rnd
             if reason is None and generated >= max_tokens:
                 reason = "max_tokens"
@@ -220,25 +215,13 @@ def _drive(
         else:
             for ev in [*splitter.add_all(stream.finish()), *splitter.finish()]:
                 if ev.part == REASONING:
-                    r_tokens += 1
-                    r_accepted += ev.origin is Origin.DRAFT
+                    tally.add_reasoning_token(ev.origin is Origin.DRAFT)
                 yield ev
-        stats = replace(
-            stats,
-            generated=generated,
-            decode_s=time.perf_counter() - t_start,
-            rounds=rounds,
-            lookup_rounds=lookup_rounds,
-            drafted=drafted,
-            accepted=accepted,
-            draft_s=draft_s,
-            verify_s=verify_s,
+        stats = tally.record(
+            base,
+            time.perf_counter() - t_start,
             llama_s=sum(c.decode_seconds for c in clocks) - llama0,
             stop_reason=reason,
-            reasoning_tokens=r_tokens,
-            reasoning_drafted=r_drafted,
-            reasoning_accepted=r_accepted,
-            reasoning_decode_s=r_seconds,
         )
         if splitter is None:
             yield DoneEvent(stats, stream.text)
@@ -247,18 +230,6 @@ def _drive(
     finally:
         if lock is not None:
             lock.release()
-
-
-def mtp_missing(target: LoadedModel) -> str:
-    """Why the target has no draft heads to draft with, in one line."""
-    name = target.path.name
-    if target.mtp_layers_in_file == 0:
-        return mtp.no_heads_message(name)
-    if not target.options.load_mtp:
-        return f"{name}'s draft heads were not loaded: load them to draft with mtp"
-    if target.notes:
-        return f"{name}'s draft heads could not be used: " + "; ".join(target.notes)
-    return mtp.unsupported_message(name)
 
 
 def _never() -> bool:

@@ -25,12 +25,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from . import llama_log, mtp, rpc
+from . import hidden_rows, llama_log, rpc
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -42,6 +42,24 @@ from .memory import kv_cache_bytes
 _STATE_FLAGS = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 Outputs = Literal["none", "last", "all"]
+
+
+class DecodeListener(Protocol):
+    """Something kept in step with a model's decodes (the target's MTP heads, mtp.py): told of
+    every batch, from which position and which tokens; it reads the extra outputs it asked for
+    (`LoadedModel.want_hidden_rows`) from the model while the batch's outputs are valid."""
+
+    decode_seconds: float  # its own time inside llama.cpp (a generation's clock counts it)
+
+    def set_following(self, on: bool) -> int:
+        """Start or stop taking the decodes' extra outputs (a generation that does not use it
+        does not pay for them); returns how many of the model's cached tokens it has seen."""
+
+    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None: ...
+
+    def close(self) -> None:
+        """Free what it holds over the model's weights (called before the model is freed)."""
+
 
 # The three calls of the decode loop, bound directly: llama_get_logits returns the buffer's
 # address as an int (so a cached numpy view can be checked against it for free).
@@ -155,13 +173,10 @@ class LoadedModel:
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
         self._alloc_batch(max(self.n_batch, opts.max_outputs))
-        # The model's own draft heads (mtp.py), when it has them and they were loaded.
-        self.mtp: mtp.MtpHead | None = None
-        if self._mtp_loaded and self._model is not None:
-            try:
-                self.mtp = mtp.MtpHead(self, self._model, opts.n_threads or default_threads())
-            except ModelLoadError as exc:
-                self.notes.append(f"{role}: its draft heads are not used: {exc}")
+        # Told of every decode (DecodeListener); attached after loading (pair.py asks each drafter
+        # kind whether it follows the target's decodes).
+        self.listeners: list[DecodeListener] = []
+        self._hidden_rows = False  # decodes also produce hidden rows (want_hidden_rows)
 
     # ------------------------------------------------------------------ loading
     def _load(self, n_gpu_layers: int) -> None:
@@ -171,8 +186,10 @@ class LoadedModel:
         mparams.use_mmap = opts.use_mmap
         if self._devices is not None:
             mparams.devices = ctypes.addressof(self._devices)
-        self._mtp_loaded = opts.load_mtp and self.mtp_layers_in_file > 0 and mtp.supported()
-        mparams.load_mtp = self._mtp_loaded
+        # The file's own MTP blocks, loaded when asked for and this build can run them (a
+        # listener uses them: mtp.py).
+        self.mtp_loaded = opts.load_mtp and self.mtp_layers_in_file > 0 and hidden_rows.supported()
+        mparams.load_mtp = self.mtp_loaded
         log_mark = llama_log.mark()
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
@@ -259,10 +276,9 @@ class LoadedModel:
             b.seq_id[i][0] = 0
 
     def close(self) -> None:
-        head = getattr(self, "mtp", None)
-        if head is not None:
-            head.close()  # (a context over this model: freed before it)
-            self.mtp = None
+        for listener in getattr(self, "listeners", ()):
+            listener.close()  # (a context over this model's weights: freed before them)
+        self.listeners = []
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -285,6 +301,12 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def model_ptr(self) -> int:
+        """The llama_model (for a context of another type over the same weights: mtp.py)."""
+        assert self._model is not None
+        return self._model
 
     @property
     def ctx(self) -> int:
@@ -342,37 +364,26 @@ class LoadedModel:
     def piece(self, token: int) -> bytes:
         """The token's bytes (may be part of a UTF-8 character); special tokens render empty."""
         cached = self._piece_cache.get(token)
-        if cached is not None:
-            return cached
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        out = buf.raw[:n]
-        self._piece_cache[token] = out
-        return out
+        if cached is None:
+            cached = self._piece_cache[token] = self._token_bytes(token, special=False)
+        return cached
 
     def token_text(self, token: int) -> str:
         """The vocabulary entry's text, special tokens included (for building prompts)."""
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
-        return buf.raw[:n].decode("utf-8", errors="replace")
+        return self._token_bytes(token, special=True).decode("utf-8", errors="replace")
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Text of a token sequence, special tokens included (for showing prompts)."""
-        out = bytearray()
-        for t in tokens:
-            buf = ctypes.create_string_buffer(64)
-            n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, True)
-            out += buf.raw[:n]
-        return out.decode("utf-8", errors="replace")
+        return b"".join(self._token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
+
+    def _token_bytes(self, token: int, *, special: bool) -> bytes:
+        """llama_token_to_piece into a 64-byte buffer, or one as large as it says it needs."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
 
     def chat_template(self) -> str | None:
         ptr = llama_cpp.llama_model_chat_template(self._model, None)
@@ -639,13 +650,23 @@ class LoadedModel:
                     )
                 raise GenerationError(f"llama.cpp failed to decode on the {self.role} (code {rc})")
             self.cached.extend(chunk)
-            head = self.mtp
-            if head is not None and head.following:
-                head.on_target_decode(pos0, chunk)
+            for listener in self.listeners:
+                listener.on_decode(self, pos0, chunk)
             if self.recurrent:
                 # Snapshots exist for the states after this batch's tokens but its last.
                 self._rollback_room = min(self.snapshots, m - 1)
         return True
+
+    def want_hidden_rows(self, on: bool) -> None:
+        """Whether decodes also produce each token's hidden row, for a listener to read
+        (`hidden_rows`) when it is told of the batch; off costs nothing."""
+        if on != self._hidden_rows:
+            hidden_rows.switch(self.ctx, on)
+            self._hidden_rows = on
+
+    def hidden_rows(self, n: int, n_embd: int) -> npt.NDArray[np.float32]:
+        """The last batch's hidden rows (n tokens; a view valid until the next decode)."""
+        return hidden_rows.rows(self.ctx, n, n_embd)
 
     def _outputs_read(self) -> None:
         """The last batch's time inside llama.cpp ends: its first output getter has returned

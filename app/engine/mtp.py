@@ -8,8 +8,9 @@ KV cache (the MTP block attends over earlier positions like any decoder layer).
 
 `MtpHead` keeps that context in step with the target:
 
-* The target runs with `embeddings_nextn` on, so every decode also yields each token's hidden
-  row; the head stashes the rows (`on_target_decode`, called by LoadedModel after each batch).
+* The head is one of the target's decode listeners (`attach`): while it follows, the target
+  runs with `embeddings_nextn` on, so every decode also yields each token's hidden row, and the
+  head stashes the rows (`on_decode`, which LoadedModel calls after each batch).
 * Entry p of the MTP context is (token x_p, the target's hidden row h_{p-1}) at position p; it
   predicts x_{p+1}. Entries are added lazily: a draft's first batch catches up on the
   positions the target decoded since the last draft (normally the round's accepted tokens),
@@ -18,8 +19,8 @@ KV cache (the MTP block attends over earlier positions like any decoder layer).
   has not seen the draft tokens yet), which is how the heads were trained to chain. Those
   entries are dropped after the draft: only entries built from the target's rows stay.
 
-The bindings llama-cpp-python lacks are bound here from the same library (llama.cpp exports
-them from its staging header, without C linkage: their Itanium-mangled names on Linux/macOS).
+The bindings llama-cpp-python lacks are bound from the same library (hidden_rows.py: llama.cpp
+exports them from its staging header, without C linkage).
 """
 
 from __future__ import annotations
@@ -27,49 +28,21 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .errors import GenerationError, ModelLoadError
+from .hidden_rows import get_embeddings_nextn_ith as _get_embeddings_nextn_ith
+from .hidden_rows import set_embeddings_nextn as _set_embeddings_nextn
+from .hidden_rows import supported
 from .llama_lib import llama_cpp
-
-if TYPE_CHECKING:
-    from .model import LoadedModel
+from .model import LoadedModel, default_threads
 
 _lib = llama_cpp._lib
 _p = ctypes.c_void_p
 
-
-def _bind(name: str, mangled: str, restype: Any, argtypes: list[Any]) -> Any:
-    """The C symbol, or its C++ (Itanium ABI) name; None when this build has neither."""
-    for symbol in (name, mangled):
-        try:
-            f = _lib[symbol]  # a new function object: the bindings' own stay as they are
-        except AttributeError:
-            continue
-        f.restype = restype
-        f.argtypes = argtypes
-        return f
-    return None
-
-
-_set_embeddings_nextn = _bind(
-    "llama_set_embeddings_nextn",
-    "_Z26llama_set_embeddings_nextnP13llama_contextbb",
-    None,
-    [_p, ctypes.c_bool, ctypes.c_bool],
-)
-_get_embeddings_nextn = _bind(
-    "llama_get_embeddings_nextn", "_Z26llama_get_embeddings_nextnP13llama_context", _p, [_p]
-)
-_get_embeddings_nextn_ith = _bind(
-    "llama_get_embeddings_nextn_ith",
-    "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
-    _p,
-    [_p, ctypes.c_int32],
-)
 _get_logits_ith = _lib["llama_get_logits_ith"]
 _get_logits_ith.restype = _p
 _get_logits_ith.argtypes = [_p, ctypes.c_int32]
@@ -81,11 +54,7 @@ _LLAMA_PROCESS_TYPE_DECODE = 1
 _FLUSH_ROWS = 64
 
 
-def supported() -> bool:
-    """Whether this llama.cpp build can run MTP heads (the staging calls are exported)."""
-    return None not in (_set_embeddings_nextn, _get_embeddings_nextn, _get_embeddings_nextn_ith) and hasattr(
-        llama_cpp, "llama_process"
-    )
+__all__ = ["MtpHead", "attach", "heads_of", "no_heads_message", "supported", "unsupported_message"]
 
 
 def no_heads_message(name: str) -> str:
@@ -104,18 +73,23 @@ def unsupported_message(name: str) -> str:
     )
 
 
-def set_target_rows(ctx: int, on: bool) -> None:
-    """Whether the target's decodes also produce each token's hidden row (for the heads)."""
-    _set_embeddings_nextn(ctx, on, False)
+def attach(target: LoadedModel) -> MtpHead | None:
+    """Give a loaded target its heads when its MTP blocks were loaded: they follow its decodes
+    as one of its listeners. None (with a note on the target) when they cannot run."""
+    if not target.mtp_loaded:
+        return None
+    try:
+        head = MtpHead(target, target.model_ptr, target.options.n_threads or default_threads())
+    except ModelLoadError as exc:
+        target.notes.append(f"{target.role}: its draft heads are not used: {exc}")
+        return None
+    target.listeners.append(head)
+    return head
 
 
-def target_rows(ctx: int, n: int, n_embd: int) -> npt.NDArray[np.float32]:
-    """The last decode's hidden rows, one per token of its batch (a view, valid until the next
-    decode)."""
-    address = _get_embeddings_nextn(ctx)
-    if not address:
-        raise GenerationError("llama.cpp gave no hidden rows for the draft heads")
-    return np.ctypeslib.as_array((ctypes.c_float * (n * n_embd)).from_address(address)).reshape(n, n_embd)
+def heads_of(target: LoadedModel) -> MtpHead | None:
+    """The target's heads, when they were attached."""
+    return next((x for x in target.listeners if isinstance(x, MtpHead)), None)
 
 
 class MtpHead:
@@ -179,18 +153,18 @@ class MtpHead:
         them). Returns how many of the target's cached tokens the head has rows for: when
         following, the target must drop the rest (decoded while the head was not following)."""
         if on != self.following:
-            set_target_rows(self.target.ctx, on)
+            self.target.want_hidden_rows(on)
             self.following = on
         n = _common_prefix(self.seen, self.target.cached)
         self.truncate(n)
         return n
 
-    def on_target_decode(self, pos0: int, tokens: Sequence[int]) -> None:
+    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
         """The target decoded `tokens` at positions pos0...: keep their hidden rows."""
         m = len(tokens)
-        if pos0 > len(self.seen):  # rows missing in between: set_following cuts the target back
-            return
-        rows = target_rows(self.target.ctx, m, self.n_embd)
+        if not self.following or pos0 > len(self.seen):
+            return  # (rows missing in between: set_following cuts the target back)
+        rows = model.hidden_rows(m, self.n_embd)
         end = pos0 + m
         if end > len(self._rows):
             grown = np.zeros((max(2 * len(self._rows), end), self.n_embd), dtype=np.float16)

@@ -19,6 +19,7 @@ from .chat_template import ChatMessage, content_spans, reasoning_split, render_c
 from .compat import check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
+from .drafters import registry
 from .errors import ContextOverflowError, TandemError
 from .events import Event
 from .generation import check_request, generate
@@ -80,6 +81,7 @@ class ModelPair:
         )
         draft: LoadedModel | None = None
         try:
+            registry.attach(target)  # what follows the target's decodes (its own draft heads)
             if draft_path is not None:
                 # A recurrent draft decodes one token at a time, which llama.cpp's snapshots
                 # cannot roll back: it is checkpointed (drafters/model.py), snapshots would

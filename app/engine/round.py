@@ -27,7 +27,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .drafters import Drafter, Proposal
+from .drafters import Proposal
+from .drafters.spec import Drafter
 from .events import RoundEvent
 from .model import LoadedModel
 from .sampling import Dist, NonFiniteLogits, SamplerSettings, accept_draft, distribution, residual
@@ -72,21 +73,22 @@ def run_round(
         drafter.accept(keep)
     t2 = time.perf_counter()
     tokens = (*drafts[:accepted], own)
-    return RoundEvent(  # (positional: built once a round, and keywords cost twice as much)
-        len(drafts),  # drafted
-        accepted,
-        len(tokens),  # emitted
-        t1 - t0,  # draft_s
-        t2 - t1,  # verify_s
-        plan.k,
-        drafter.kind if drafts and drafter is not None else "",
-        proposal.caught_up,
-        proposal.looked_up,
-        proposal.first_s,
-        proposal.passes,
-        tokens,
-        checkpoint_s,
-        t2 - t_back if accepted < len(drafts) else 0.0,  # restore_s: only a rejection restores
+    # (Keywords cost 0.44 us more a round than positions, measured: nothing next to a round.)
+    return RoundEvent(
+        drafted=len(drafts),
+        accepted=accepted,
+        emitted=len(tokens),
+        draft_s=t1 - t0,
+        verify_s=t2 - t1,
+        k=plan.k,
+        drafter=drafter.kind if drafts and drafter is not None else "",
+        caught_up=proposal.caught_up,
+        looked_up=proposal.looked_up,
+        first_draft_s=proposal.first_s,
+        draft_passes=proposal.passes,
+        tokens=tokens,
+        checkpoint_s=checkpoint_s,
+        restore_s=t2 - t_back if accepted < len(drafts) else 0.0,  # only a rejection restores
     )
 
 

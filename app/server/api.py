@@ -35,6 +35,7 @@ from app.engine import (
 from app.engine.chat_template import ChatTemplateError
 from app.engine.errors import ContextOverflowError
 from app.session.choices import Choices, generation_config
+from app.session.drafting import drafts_itself, offered
 from app.session.prompts import build_chat, system_folded_note
 
 from .chunks import DONE, Answer, Kind, sse
@@ -136,7 +137,8 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
                 "draft": draft,
                 # Whether the target's own draft heads (multi-token prediction) are loaded: the
                 # mtp drafter (and auto) draft with them.
-                "draft_heads": pair.target.mtp is not None,
+                "draft_heads": drafts_itself(pair),
+                "drafters": offered(pair),  # the kinds it can draft with (auto ranks them)
                 "drafter": settings.choices.drafter if settings.speculative else "",
                 "speculative": settings.speculative,
                 "context": pair.context_size,

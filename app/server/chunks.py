@@ -45,6 +45,11 @@ def token_origins(tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
 
 
 def usage(stats: GenerationStats) -> dict[str, Any]:
+    """OpenAI's usage, and the `tandem` field: the generation's record (GenerationStats, by the
+    names `tandem run --json` has: rounds, tokens_per_round, drafters per kind...), with the
+    figures this API has always had rounded, and its names for two of them (target_passes =
+    rounds, tokens_per_pass = tokens_per_round)."""
+    record = stats.to_dict()
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.generated,
@@ -53,6 +58,7 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
         "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prefill_tokens},
         "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens},
         "tandem": {
+            **record,
             "mode": stats.mode,
             "drafter": stats.drafter,
             "draft_max": stats.draft_max,
@@ -68,8 +74,8 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
             "prefill_s": round(stats.prefill_s, 4),
             "stop_reason": stats.stop_reason,
             # Drafting in the reasoning and in the answer apart (a thinking model's).
-            "reasoning": _part(stats.reasoning),
-            "answer": _part(stats.answer),
+            "reasoning": {**record["reasoning"], **_part(stats.reasoning)},
+            "answer": {**record["answer"], **_part(stats.answer)},
         },
     }
 

@@ -1,27 +1,19 @@
-"""Who drafts for a loaded pair, in words the front-ends print: the draft model, the target's
-own draft heads (multi-token prediction), prompt lookup, or a mix when the drafter is auto."""
+"""Who drafts for a loaded pair, in words the front-ends print: each drafter kind's own words
+(drafters/registry.py), or a mix when the drafter is auto."""
 
 from __future__ import annotations
 
 from app.engine import ModelPair
 from app.engine.config import DrafterChoice
-from app.engine.generation import mtp_missing
-
-HEADS = "its built-in MTP draft heads"
+from app.engine.drafters import registry
+from app.engine.drafters.spec import Needs
 
 
 def drafters_used(pair: ModelPair, drafter: DrafterChoice) -> list[str]:
     """What drafts with `drafter` on this pair, in the engine's order of preference (see
     generation.generate): what a setting names, and for auto everything the pair has."""
-    heads = pair.target.mtp is not None
-    if drafter == "model":
-        return [pair.draft.path.name] if pair.draft is not None else []
-    if drafter == "mtp":
-        return [HEADS] if heads else []
-    if drafter == "lookup":
-        return ["prompt lookup"]
-    own = [pair.draft.path.name] if pair.draft is not None else []
-    return [*own, *([HEADS] if heads else []), "prompt lookup"]
+    kinds = registry.available(pair.target, pair.draft, drafter)
+    return [s.phrase(pair.target, pair.draft) for s in kinds]
 
 
 def drafted_by(pair: ModelPair, drafter: DrafterChoice, *, speculative: bool = True) -> str:
@@ -35,13 +27,25 @@ def drafted_by(pair: ModelPair, drafter: DrafterChoice, *, speculative: bool = T
 
 
 def no_draft_note(pair: ModelPair, drafter: DrafterChoice) -> str | None:
-    """What to tell the user when auto has no draft model to draft with: the target's own heads
-    draft instead (with prompt lookup), or, without them, prompt lookup alone, saying why heads
-    the file has cannot be used."""
-    if drafter != "auto" or pair.draft is not None:
+    """What to tell the user when auto has no draft model to draft with: what the target
+    offers instead (its own heads, with prompt lookup), or, without them, prompt lookup alone,
+    saying why what the file has cannot be used."""
+    if drafter != registry.AUTO or pair.draft is not None:
         return None
-    if pair.target.mtp is not None:
-        return "no draft model given: drafting with the target's built-in draft heads (MTP) and prompt lookup"
-    if pair.target.mtp_layers_in_file > 0:
-        return f"no draft model given: drafting with prompt lookup only ({mtp_missing(pair.target)})"
-    return "no draft model given: drafting with prompt lookup only"
+    kinds = registry.available(pair.target, None)
+    own = [s for s in kinds if s.needs is not Needs.NOTHING]
+    if own:
+        return "no draft model given: drafting with " + " and ".join(s.note for s in kinds)
+    note = "no draft model given: drafting with " + " and ".join(s.note for s in kinds) + " only"
+    why = [w for s in registry.KINDS if s.unusable is not None and (w := s.unusable(pair.target))]
+    return note + (f" ({'; '.join(why)})" if why else "")
+
+
+def offered(pair: ModelPair) -> list[str]:
+    """The kinds this loaded pair can draft with (what auto ranks), by name."""
+    return [s.name for s in registry.offered(pair.target, pair.draft)]
+
+
+def drafts_itself(pair: ModelPair) -> bool:
+    """Whether the target can draft for itself (its own heads are loaded), without a draft."""
+    return any(s.needs is Needs.HEADS for s in registry.offered(pair.target, None))

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.engine.config import DrafterChoice
+from app.engine.drafters import registry
+from app.engine.drafters.spec import Needs
 from app.engine.errors import TandemError
 
 if TYPE_CHECKING:
@@ -119,11 +121,12 @@ class DraftNeeds:
     @classmethod
     def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
         """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
-        kinds = set(drafters) if speculative else set()
+        choices = set(drafters) if speculative else set()
+        needs = {need for choice in choices for need in registry.needs_of(choice)}
         return cls(
-            use_draft=bool(kinds & {"model", "auto"}),
-            need_draft="model" in kinds,
-            need_heads="mtp" in kinds,
+            use_draft=any(registry.uses_draft_model(choice) for choice in choices),
+            need_draft=Needs.DRAFT_MODEL in needs,
+            need_heads=Needs.HEADS in needs,
         )
 
 

@@ -24,6 +24,7 @@ from textual.screen import Screen
 from app.catalog import BUILTIN_DRAFTER_LABEL, has_heads
 from app.catalog.units import format_bytes
 from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, read_gguf
+from app.session.drafting import drafts_itself
 from app.session.pairs import PairRef
 from app.session.prompts import pair_notes
 from app.ui.conversations import Conversation, ConversationStore
@@ -176,7 +177,7 @@ class TandemApp(App[None]):
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
-        elif pair.target.mtp is not None:
+        elif drafts_itself(pair):
             sizes += f", {BUILTIN_DRAFTER_LABEL}: its own draft heads"
         self.chat.pair_loaded_note(
             f"Loaded {ref.label} ({sizes}, context {pair.target.n_ctx:,} tokens)."

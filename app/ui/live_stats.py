@@ -16,6 +16,8 @@ from app.engine import (
     StartEvent,
     TokenEvent,
 )
+from app.engine.reasoning import REASONING
+from app.engine.stats import Tally
 
 
 @dataclass
@@ -41,6 +43,9 @@ class PartCounts:
 class LiveStats:
     """Decode speed, acceptance, tokens per target pass and K, updated event by event.
 
+    It counts with the engine's own accumulator (stats.Tally, as the generation loop does) and
+    reads the engine's record (`record()`: GenerationStats, the names `--json`, the server and
+    the benchmark use): the engine's figures once the answer ended, the tally's until then.
     The speed counts from the end of prefill (the engine's own definition), using the times
     the engine thread produced the events, so a busy screen cannot make it look slower.
     """
@@ -50,23 +55,12 @@ class LiveStats:
     prefill: PrefillEvent | None = None
     t_start: float = 0.0
     t_last: float = 0.0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    generated: int = 0
     k: int = 0
-    drafter: str = ""  # who drafted the last round: "model", "lookup", "mtp" or "" (no draft)
-    lookup_rounds: int = 0
-    mtp_rounds: int = 0  # drafted by the target's own heads
+    drafter: str = ""  # the kind that drafted the last round, or "" (no draft)
     per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
     final: GenerationStats | None = None
-    # A thinking model's reasoning and answer apart (the reasoning's stays empty for others).
-    reasoning: PartCounts = field(default_factory=PartCounts)
-    answer: PartCounts = field(default_factory=PartCounts)
+    tally: Tally = field(default_factory=Tally)
     _round_part: Part | None = None  # the part this round's first token counts for
-
-    def part(self, name: Part) -> PartCounts:
-        return self.reasoning if name == "reasoning" else self.answer
 
     def feed(self, t: float, ev: Event) -> None:
         if isinstance(ev, TokenEvent):
@@ -74,22 +68,15 @@ class LiveStats:
             # started in (as the engine's GenerationStats does).
             if self._round_part is None:
                 self._round_part = ev.part
-            counts = self.part(ev.part)
-            counts.tokens += 1
-            counts.accepted += ev.origin is Origin.DRAFT
+            if ev.part == REASONING:
+                self.tally.add_reasoning_token(ev.origin is Origin.DRAFT)
         elif isinstance(ev, RoundEvent):
-            counts = self.part(self._round_part or "answer")
-            counts.drafted += ev.drafted
-            counts.seconds += max(0.0, t - self.t_last)
+            if self._round_part == REASONING:
+                self.tally.add_reasoning_round(ev.drafted, max(0.0, t - self.t_last))
             self._round_part = None
-            self.rounds += 1
-            self.drafted += ev.drafted
-            self.accepted += ev.accepted
-            self.generated += ev.emitted
+            self.tally.add_round(ev.drafter, ev.drafted, ev.accepted, ev.emitted, ev.draft_s, ev.verify_s)
             self.k = ev.k
             self.drafter = ev.drafter
-            self.lookup_rounds += ev.drafter == "lookup"
-            self.mtp_rounds += ev.drafter == "mtp"
             self.t_last = t
             self.per_round.append(float(ev.emitted))
         elif isinstance(ev, PrefillEvent):
@@ -100,25 +87,52 @@ class LiveStats:
         elif isinstance(ev, DoneEvent):
             self.final = ev.stats
 
-    def parts(self) -> tuple[PartCounts, PartCounts] | None:
-        """(reasoning, answer) of a thinking model's answer, the engine's own figures once it
-        ended; None when there was no reasoning."""
+    def record(self) -> GenerationStats:
+        """The answer's statistics so far: the engine's once it ended."""
         if self.final is not None:
-            if not self.final.reasoning_tokens:
-                return None
-            r, a = self.final.reasoning, self.final.answer
-            return (
-                PartCounts(r.tokens, r.drafted, r.accepted, r.decode_s),
-                PartCounts(a.tokens, a.drafted, a.accepted, a.decode_s),
-            )
-        return (self.reasoning, self.answer) if self.reasoning.tokens else None
+            return self.final
+        start = self.start
+        base = GenerationStats(
+            mode=start.mode if start is not None else "speculative" if self.speculative else "baseline",
+            draft_max=start.draft_max if start is not None else 0,
+            adaptive=start.adaptive if start is not None else False,
+            drafter=start.drafter if start is not None else "",
+            prompt_tokens=self.prefill.prompt_tokens if self.prefill is not None else 0,
+            prefill_tokens=self.prefill.prefill_tokens if self.prefill is not None else 0,
+            prefill_s=self.prefill.seconds if self.prefill is not None else 0.0,
+        )
+        return self.tally.record(base, max(0.0, self.t_last - self.t_start))
+
+    # The counts so far (the tally's), by the record's names.
+    @property
+    def rounds(self) -> int:
+        return self.tally.rounds
+
+    @property
+    def drafted(self) -> int:
+        return self.tally.drafted
+
+    @property
+    def accepted(self) -> int:
+        return self.tally.accepted
+
+    @property
+    def generated(self) -> int:
+        return self.tally.generated
+
+    def parts(self) -> tuple[PartCounts, PartCounts] | None:
+        """(reasoning, answer) of a thinking model's answer; None when there was no reasoning."""
+        s = self.record()
+        if not s.reasoning_tokens:
+            return None
+        r, a = s.reasoning, s.answer
+        return PartCounts(r.tokens, r.drafted, r.accepted, r.decode_s), PartCounts(
+            a.tokens, a.drafted, a.accepted, a.decode_s
+        )
 
     @property
     def tokens_per_s(self) -> float:
-        if self.final is not None:
-            return self.final.decode_tokens_per_s
-        dt = self.t_last - self.t_start
-        return self.generated / dt if dt > 0 else 0.0
+        return self.record().decode_tokens_per_s
 
     @property
     def acceptance(self) -> float:

@@ -10,6 +10,8 @@ from catalogs import TINY_CATALOG
 from app.catalog import CatalogError, load_catalog, unconfirmed_note
 from app.catalog.spec import BUILTIN_CATALOG, parse_catalog_file, quantization_from_name, split_parts
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 
 def test_builtin_catalog_is_complete(hf_env: Path):
     catalog = load_catalog()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from app.bench.interval import bootstrap_median
+
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 
 
 def test_identical_values_give_a_point() -> None:

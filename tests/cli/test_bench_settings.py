@@ -7,6 +7,8 @@ import pytest
 from app.bench.settings import parse_settings
 from app.engine import GenerationConfig, TandemError
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 BASE = GenerationConfig(max_tokens=16, draft_max=12, adaptive=True, drafter="auto", p_min=0.0)
 
 

@@ -16,6 +16,8 @@ from app.engine.costs import MeasuredCosts
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from app.engine.events import RoundEvent
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 
 def _linear_costs(c: float, verify_per_token: float, first: float, catchup_per_token: float) -> MeasuredCosts:
     """Costs in target steps: a draft step c; verifying n tokens 1 + verify_per_token (n - 1); a

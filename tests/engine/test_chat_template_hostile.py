@@ -29,6 +29,8 @@ from app.engine.chat_template import (
 )
 from app.engine.gguf_file import read_gguf
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 MESSAGES = [
     ChatMessage("system", "You are terse."),
     ChatMessage("user", "Hi there! ünïcödé ☃ and <|im_end|> in the text"),

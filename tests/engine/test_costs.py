@@ -7,6 +7,8 @@ import pytest
 
 from app.engine.costs import MeasuredCosts, mean_costs
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 COSTS = MeasuredCosts(
     target_step_s=0.020,
     draft_step_s=0.010,

@@ -6,6 +6,8 @@ import pytest
 
 from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens, model_pays
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 
 def costs(draft_ms: float, verify_ms: dict[int, float]) -> CostModel:
     c = CostModel()

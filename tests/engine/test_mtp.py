@@ -22,7 +22,7 @@ from sampling_law import chi_square_p, exact_joint
 
 from app.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, TandemError
 from app.engine.draft_policy import CostModel
-from app.engine.mtp import MtpHead
+from app.engine.mtp import MtpHead, heads_of
 
 OPTIONS = LoadOptions(n_ctx=1024, n_threads=1)
 PROMPTS = [
@@ -55,15 +55,15 @@ def _chat(pair: ModelPair, text: str) -> list[int]:
 
 
 def _head(pair: ModelPair) -> MtpHead:
-    assert pair.target.mtp is not None
-    return pair.target.mtp
+    assert heads_of(pair.target) is not None
+    return heads_of(pair.target)
 
 
 def test_the_heads_are_loaded_only_when_the_file_has_them(pair: ModelPair, alone: ModelPair) -> None:
     assert _head(pair).layers == 1 and pair.target.mtp_layers_in_file == 1
-    assert alone.target.mtp is None
+    assert heads_of(alone.target) is None
     with ModelPair.load(model_files.tiny_stateful_model("llama-d", "llama", seed=31), None, OPTIONS) as plain:
-        assert plain.target.mtp is None and plain.target.mtp_layers_in_file == 0
+        assert heads_of(plain.target) is None and plain.target.mtp_layers_in_file == 0
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -225,7 +225,7 @@ def _assert_heads_match_fresh(pair: ModelPair, history: list[int]) -> None:
     mine = np.array(head.first_step(history)[0])
     head.end_draft()
     with ModelPair.load(target.path, None, OPTIONS) as fresh:
-        other = fresh.target.mtp
+        other = heads_of(fresh.target)
         assert other is not None
         other.set_following(True)
         fresh.target.decode(history[:-1], "none")

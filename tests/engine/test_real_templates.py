@@ -18,6 +18,8 @@ from app.engine.chat_template import (
 )
 from app.engine.reasoning import HARMONY, THINK_TAGS, thinking_variables
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 TEMPLATES = Path(__file__).parent.parent / "fixtures" / "templates"
 NAMES = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))
 BOS, EOS = "<s>", "</s>"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,8 @@ from app.engine.reasoning import (
     think_from_variables,
     thinking_variables,
 )
+
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 
 ORIGINS = (Origin.DRAFT, Origin.TARGET, Origin.BONUS)
 HARMONY_BETWEEN = "<|end|><|start|>assistant<|channel|>final<|message|>"

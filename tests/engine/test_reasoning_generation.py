@@ -10,14 +10,12 @@ from pathlib import Path
 
 import model_files
 import pytest
+from run_helpers import TINY
 
-from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, Origin
+from app.engine import ChatMessage, GenerationConfig, ModelPair, Origin
 from app.engine.generation import marker_pieces
 from app.engine.reasoning import ReasoningSplit, tags
 from app.session.collect import collect
-
-# As tests/conftest.py's TINY (a test module cannot import it by name: several conftests).
-TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 CONFIG = GenerationConfig(max_tokens=40, adaptive=False, draft_max=4, drafter="model")
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello there")]

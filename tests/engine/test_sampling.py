@@ -9,6 +9,8 @@ import pytest
 
 from app.engine.sampling import Dist, SamplerSettings, accept_draft, distribution, residual
 
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
 
 def reference(logits: np.ndarray, s: SamplerSettings) -> dict[int, float]:
     """llama.cpp's chain, written the slow way: top-k, top-p, min-p, then temperature."""

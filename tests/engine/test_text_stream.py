@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.engine.events import Origin
 from app.engine.text_stream import TokenStream
+
+pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 
 
 def feed(pieces: list[bytes], stops: tuple[str, ...] = ()) -> tuple[list[str], TokenStream]:

@@ -14,14 +14,12 @@ from typing import Any
 import model_files
 import openai
 import pytest
+from run_helpers import TINY
 from serve_helpers import request, serving
 
 from app.cli.main import main
-from app.engine import LoadOptions, ModelPair
+from app.engine import ModelPair
 from app.session.choices import Choices
-
-# As tests/conftest.py's TINY (a test module cannot import it by name: several conftests).
-TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 ASK = [{"role": "user", "content": "Hello there"}]
 FIXED = Choices(n_threads=1, adaptive=False, draft_max=4, max_tokens=24)

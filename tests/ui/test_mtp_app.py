@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Select, Static
 from ui_helpers import picker, run_app, send, wait_for, wait_ready
 
 from app.engine import Origin
+from app.engine.mtp import heads_of
 from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.screens.picker import PickerScreen
@@ -57,7 +58,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
         assert not p.query_one("#dl-row-draft").display  # one file: no draft row
         await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
         assert app.loaded.ref.name == "tiny-mtp" and app.loaded.ref.draft is None
-        assert app.loaded.pair.target.mtp is not None and hub.gets(MTP_FILE)
+        assert heads_of(app.loaded.pair.target) is not None and hub.gets(MTP_FILE)
         assert read_json(dirs.state_file)["last_pair"]["draft"] == ""
         # The chat drafts with the heads (auto: the heads or prompt lookup, round by round).
         await send(pilot, "Tell me a story about the sea")

@@ -22,6 +22,7 @@ from textual.widgets import Input
 from ui_helpers import wait_for, wait_ready
 
 from app.engine import Origin
+from app.engine.stats import DrafterStats
 from app.session.pairs import PairRef
 from app.ui.app import TandemApp
 from app.ui.conversations import Conversation
@@ -53,7 +54,7 @@ def fixed_view(app: TandemApp) -> StatsView:
         adaptive=True,
         drafter="auto",
         last_drafter="model",
-        lookup_rounds=2,
+        drafters={"lookup": DrafterStats(rounds=2)},
         rounds=24,
         prefill_tokens=17,
         prompt_tokens=212,

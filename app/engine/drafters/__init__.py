@@ -5,28 +5,29 @@
     draft(history, k)   propose up to k tokens that would follow `history`
     accept(keep)        the target kept history[:keep] (last token + accepted drafts): roll back
 
-* `ModelDrafter` (model.py): a small draft model, autoregressively.
-* `LookupDrafter` (lookup.py): prompt lookup, continuing an n-gram found earlier in the context.
-* `HybridDrafter` (hybrid.py): the draft model until prompt lookup can finish the draft.
-* `MtpDrafter` (mtp.py): the target's own multi-token-prediction heads.
+Each kind is one module with one `SPEC` (spec.py says what a spec holds; registry.py lists them):
 
-Which drafter runs a round, and with which K, is the scheduler's business (scheduler.py).
+* model.py: a small draft model, autoregressively.
+* lookup.py: prompt lookup, continuing an n-gram found earlier in the context.
+* hybrid.py: the draft model until prompt lookup can finish the draft (a composition).
+* mtp.py: the target's own multi-token-prediction heads.
+
+Which drafter runs a round, and with which K, is the scheduler's business (scheduler.py): it
+asks each drafter for an offer and ranks them, without knowing any kind.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings, distribution
 
-# Who drafted a round (events and the cost model use the same names).
-DrafterKind = Literal["model", "lookup", "mtp"]
+# Who drafted a round: a kind's name (names.py; events and the cost model use the same names).
+DrafterKind = str
 
 
 @dataclass(slots=True)
@@ -41,20 +42,6 @@ class Proposal:
     caught_up: int = 0  # tokens the draft model decoded in its first (catch-up) batch
     first_s: float = 0.0  # seconds of the draft model's first batch (catch-up + first step)
     passes: int = 0  # draft-model decode calls this round (the first batch included)
-
-
-class Drafter(Protocol):
-    kind: DrafterKind
-
-    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
-        """A generation starts with `prompt` (all but its last token: the target decodes that
-        one in the first round). `should_stop` is asked between long pieces of work."""
-
-    def draft(self, history: Sequence[int], k: int) -> Proposal:
-        """Up to k tokens to follow `history` (prompt + answer so far)."""
-
-    def accept(self, keep: int) -> None:
-        """After verification the target keeps history[:keep]; drop anything beyond it."""
 
 
 def draw(

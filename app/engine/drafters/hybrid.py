@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..events import RoundEvent
+from ..model import DecodeListener
 from . import DrafterKind, Proposal
 from .lookup import LookupDrafter
 from .model import ModelDrafter
+from .names import MODEL
+from .spec import Drafter, Offer, RoundView
 
 
 class HybridDrafter:
-    kind: DrafterKind = "model"  # the round is the model's; `Proposal.looked_up` counts the tail
+    kind: DrafterKind = MODEL  # the round is the model's; `Proposal.looked_up` counts the tail
 
     def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
         self.model = model
@@ -52,3 +56,38 @@ class HybridDrafter:
     def accept(self, keep: int) -> None:
         self.model.accept(keep)
         self.lookup.accept(keep)
+
+    # ------------------------------------------------------------------ scheduling
+    # It stands in the pool for the draft model (registry.build): it bids as the model does,
+    # and runs a model round with a lookup tail when lookup may add one.
+    def began(self, prompt: Sequence[int]) -> bool:
+        return self.model.began(prompt)
+
+    def search(self, view: RoundView) -> None:
+        pass  # (prompt lookup is in the pool too, and searches there)
+
+    def offer(self, view: RoundView) -> Offer | None:
+        return self.model.offer(view)
+
+    def chosen(self, k: int, view: RoundView) -> Drafter:
+        if not view.tail_k:
+            return self.model
+        self.tail_max = view.tail_k
+        self.total_max = min(view.k_max, view.budget)
+        return self
+
+    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
+        return [*self.model.credit(rnd), *self.lookup.credit(rnd)]
+
+    def listener(self) -> DecodeListener | None:
+        return None
+
+
+def compose(pool: list[Drafter]) -> list[Drafter]:
+    """The pool with the draft model replaced by the hybrid, when prompt lookup is in it too."""
+    model = next((d for d in pool if isinstance(d, ModelDrafter)), None)
+    lookup = next((d for d in pool if isinstance(d, LookupDrafter)), None)
+    if model is None or lookup is None:
+        return pool
+    hybrid = HybridDrafter(model, lookup)
+    return [hybrid if d is model else d for d in pool]

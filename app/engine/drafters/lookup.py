@@ -9,12 +9,18 @@ keeps sampling exact.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..config import DRAFT_MAX_LIMIT
+from ..events import RoundEvent
+from ..model import DecodeListener, LoadedModel
 from ..sampling import Dist
 from . import DrafterKind, Proposal
+from .names import LOOKUP
+from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
 
 
 class LookupDrafter:
@@ -25,7 +31,7 @@ class LookupDrafter:
     search is a few dictionary lookups whatever the context length: cheap enough to run after
     every draft-model step (the hybrid drafter)."""
 
-    kind: DrafterKind = "lookup"
+    kind: DrafterKind = LOOKUP
 
     def __init__(self, n_vocab: int, ngram_max: int = 4, ngram_min: int = 2) -> None:
         self.n_vocab = n_vocab
@@ -34,6 +40,7 @@ class LookupDrafter:
         self._latest: dict[tuple[int, ...], int] = {}
         self._end = 0  # n-grams ending before this position are indexed
         self._last = -1  # the token at _end - 1 when indexed: detects a different history
+        self.found: list[int] = []  # this round's candidates (see offer)
 
     def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
         pass  # the index follows the history by itself (see _sync)
@@ -83,3 +90,64 @@ class LookupDrafter:
             Dist(np.array([t], dtype=np.int64), np.ones(1), self.n_vocab) for t in tokens
         ]
         return Proposal(list(tokens), qs, looked_up=len(tokens))
+
+    # ------------------------------------------------------------------ scheduling
+    def began(self, prompt: Sequence[int]) -> bool:
+        return True
+
+    def search(self, view: RoundView) -> None:
+        """Before the offers: look for a match (timed: a search is what a lookup round costs)."""
+        t0 = time.perf_counter()
+        self.found = self.candidates(view.history, min(view.budget, DRAFT_MAX_LIMIT))
+        if not view.first_round:  # a generation's first round runs cold (caches, graphs)
+            view.costs.observe_search(self.kind, time.perf_counter() - t0)
+
+    def offer(self, view: RoundView) -> Offer | None:
+        # Tokens it drafts must later be caught up on by a drafter that keeps in step.
+        policy = view.policies[self.kind]
+        debt = view.catchup_debt if view.in_step else 0.0
+        if self.found:
+            view.tail_k, rate = policy.plan(min(view.budget, len(self.found)), debt)
+            return Offer(rate, view.tail_k)
+        if view.in_step:  # the most a composition's tail may add
+            view.tail_k = policy.plan(view.budget, debt)[0]
+        return None
+
+    def chosen(self, k: int, view: RoundView) -> Drafter:
+        return self
+
+    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
+        own = rnd.drafted - rnd.looked_up
+        if rnd.looked_up and rnd.accepted >= own:
+            return [(self.kind, rnd.looked_up, rnd.accepted - own)]
+        return []
+
+    def listener(self) -> DecodeListener | None:
+        return None
+
+
+def _build(ctx: BuildContext) -> Drafter:
+    return LookupDrafter(ctx.target.n_vocab)
+
+
+def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+    return None
+
+
+def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
+    return costs.c_lookup  # one search, whatever it found
+
+
+SPEC = DrafterSpec(
+    name=LOOKUP,
+    label="prompt lookup",
+    needs=Needs.NOTHING,
+    build=_build,
+    missing=_missing,
+    draft_cost=_draft_cost,
+    untimed_rank=0,
+    timed_by_drafting=False,
+    free=True,
+    phrase=lambda target, draft: "prompt lookup",
+    note="prompt lookup",
+)

@@ -20,13 +20,17 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..model import LoadedModel
+from ..draft_policy import model_pays
+from ..events import RoundEvent
+from ..model import DecodeListener, LoadedModel
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
 from . import DrafterKind, Proposal, draw
+from .names import MODEL
+from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
 
 
 class ModelDrafter:
-    kind: DrafterKind = "model"
+    kind: DrafterKind = MODEL
 
     def __init__(
         self,
@@ -54,6 +58,11 @@ class ModelDrafter:
     def ready_for(self, prompt: Sequence[int]) -> bool:
         """Whether `begin` completed (a cancelled prefill leaves a shorter cache)."""
         return len(self.model.cached) >= len(prompt)
+
+    began = ready_for
+
+    def search(self, view: RoundView) -> None:
+        pass
 
     def draft(self, history: Sequence[int], k: int) -> Proposal:
         out = Proposal()
@@ -117,3 +126,69 @@ class ModelDrafter:
         # It never decoded its own final proposal, so it may hold fewer than `keep` tokens. A
         # recurrent state goes back to its checkpoint: the next catch-up re-decodes the rest.
         self.model.truncate(min(len(self.model.cached), keep), replay=False)
+
+    # ------------------------------------------------------------------ scheduling
+    def offer(self, view: RoundView) -> Offer | None:
+        costs = view.costs
+        # After plain or lookup rounds the model's next draft first catches up on them.
+        behind = self.behind(view.history)
+        owed = costs.catchup_time(behind - 2, self.kind) if behind > 2 else 0.0
+        k, rate = view.policies[self.kind].plan(view.budget, owed_s=owed)
+        if not self._pays(rate, view):
+            return None
+        # Tokens another drafter supplies must later be caught up on: charged to it.
+        view.in_step = True
+        view.catchup_debt += costs.catchup_time(1.0, self.kind)
+        return Offer(rate, k)
+
+    def _pays(self, rate: float, view: RoundView) -> bool:
+        """Whether to keep drafting with the model, given the recent share of the answer that
+        free drafters supplied (see draft_policy.model_pays). Without measured costs: yes."""
+        plain = view.costs.verify_time(1)
+        if view.free_share is None or rate <= 0.0 or plain is None:
+            return True
+        return model_pays(view.free_share, plain, 1.0 / rate, view.costs.catchup_time(1.0, self.kind))
+
+    def chosen(self, k: int, view: RoundView) -> Drafter:
+        return self
+
+    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
+        own = rnd.drafted - rnd.looked_up
+        return [(self.kind, own, min(rnd.accepted, own))]
+
+    def listener(self) -> DecodeListener | None:
+        return None
+
+
+def _build(ctx: BuildContext) -> Drafter | None:
+    if ctx.draft is None:
+        return None
+    return ModelDrafter(ctx.draft, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
+
+
+def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+    return (
+        None if draft is not None else "the model drafter needs a draft model: load one, or use prompt lookup"
+    )
+
+
+def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
+    """Its first batch (catching up on `caught_up` tokens, more than one after rounds drafted by
+    others), then c per further token of its own (a lookup tail costs no draft steps)."""
+    if not drafted:
+        return 0.0
+    own = drafted - looked_up
+    return costs.catchup(max(1, caught_up)) + max(0, own - 1) * (costs.c or 0.0)
+
+
+SPEC = DrafterSpec(
+    name=MODEL,
+    label="draft model",
+    needs=Needs.DRAFT_MODEL,
+    build=_build,
+    missing=_missing,
+    draft_cost=_draft_cost,
+    untimed_rank=2,
+    phrase=lambda target, draft: draft.path.name if draft is not None else "",
+    note="the draft model",
+)

@@ -19,13 +19,17 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..errors import GenerationError
-from ..mtp import MtpHead
+from ..events import RoundEvent
+from ..model import DecodeListener, LoadedModel
+from ..mtp import MtpHead, attach, heads_of, no_heads_message, unsupported_message
 from ..sampling import NonFiniteLogits, SamplerSettings
 from . import DrafterKind, Proposal, draw
+from .names import MTP
+from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
 
 
 class MtpDrafter:
-    kind: DrafterKind = "mtp"
+    kind: DrafterKind = MTP
 
     def __init__(
         self,
@@ -83,3 +87,68 @@ class MtpDrafter:
 
     def accept(self, keep: int) -> None:
         self.head.truncate(keep)
+
+    # ------------------------------------------------------------------ scheduling
+    def began(self, prompt: Sequence[int]) -> bool:
+        return True
+
+    def search(self, view: RoundView) -> None:
+        pass
+
+    def offer(self, view: RoundView) -> Offer | None:
+        # (It keeps in step with the target as the target decodes: nothing owed.)
+        k, rate = view.policies[self.kind].plan(view.budget)
+        return Offer(rate, k)
+
+    def chosen(self, k: int, view: RoundView) -> Drafter:
+        return self
+
+    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
+        own = rnd.drafted - rnd.looked_up
+        return [(self.kind, own, min(rnd.accepted, own))]
+
+    def listener(self) -> DecodeListener | None:
+        return self.head
+
+
+def _build(ctx: BuildContext) -> Drafter | None:
+    head = heads_of(ctx.target)
+    if head is None:
+        return None
+    return MtpDrafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
+
+
+def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+    """Why the target has no draft heads to draft with, in one line (None: it has)."""
+    if heads_of(target) is not None:
+        return None
+    name = target.path.name
+    if target.mtp_layers_in_file == 0:
+        return no_heads_message(name)
+    if not target.options.load_mtp:
+        return f"{name}'s draft heads were not loaded: load them to draft with mtp"
+    if target.notes:
+        return f"{name}'s draft heads could not be used: " + "; ".join(target.notes)
+    return unsupported_message(name)
+
+
+def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
+    """measure_costs does not time the heads: a round counts its head steps as it measured
+    them itself."""
+    return draft_s / costs.target_step_s
+
+
+SPEC = DrafterSpec(
+    name=MTP,
+    label="built-in heads (MTP)",
+    needs=Needs.HEADS,
+    build=_build,
+    missing=_missing,
+    draft_cost=_draft_cost,
+    untimed_rank=1,
+    attach=attach,
+    listens=("hidden rows",),
+    phrase=lambda target, draft: "its built-in MTP draft heads",
+    note="the target's built-in draft heads (MTP)",
+    unusable=lambda target: None if target.mtp_layers_in_file == 0 else _missing(target, None),
+)

@@ -13,14 +13,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from app.engine import DRAFT_MAX_LIMIT, LoadOptions, TandemError
-from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
+from app.engine.config import ADAPTIVE_K_MAX, DRAFTER_CHOICES, FIXED_K
+from app.engine.drafters import registry
 from app.ui.settings import Settings
 
-DRAFTER_LABELS = {
-    "auto": "auto (the fastest)",
-    "model": "draft model",
-    "lookup": "prompt lookup",
-    "mtp": "built-in heads (MTP)",
+DRAFTER_LABELS: dict[str, str] = {
+    registry.AUTO: "auto (the fastest)",
+    **{name: registry.label(name) for name in DRAFTER_CHOICES if name != registry.AUTO},
 }
 
 # (field, label, input type, hint)

@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from app.engine import Origin
+from app.engine.drafters.registry import AUTO
+from app.engine.stats import DrafterStats, KindRounds
 from app.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from app.ui.live_stats import PartCounts
 from app.ui.speed import SpeedReference
@@ -19,7 +21,7 @@ CHART_POINTS = 120  # rounds kept for the chart (it shows as many as fit, the la
 
 
 @dataclass
-class StatsView:
+class StatsView(KindRounds):
     """Everything the panel shows; built by the chat screen from LiveStats and the pair."""
 
     pair: str = ""
@@ -33,11 +35,12 @@ class StatsView:
     k: int | None = None
     k_max: int = 0
     adaptive: bool = True
-    drafter: str = "auto"  # the setting
+    drafter: str = AUTO  # the setting
     last_drafter: str = ""  # who drafted the last round
-    lookup_rounds: int = 0
-    mtp_rounds: int = 0  # rounds the target's own draft heads drafted
     rounds: int = 0
+    # Per drafter kind, as the engine counts them (GenerationStats.drafters); `view.<kind>_rounds`
+    # reads a kind's rounds.
+    drafters: dict[str, DrafterStats] = field(default_factory=dict)
     prefill_tokens: int | None = None
     prompt_tokens: int = 0
     generated: int = 0
@@ -68,11 +71,9 @@ def _drafter_text(v: StatsView) -> str:
     if not v.rounds:
         return v.drafter
     text = f"{v.drafter}, last: {v.last_drafter or 'none'}"
-    if v.drafter == "auto":
-        # Who auto chose, when it was not always the draft model.
-        shares = [
-            f"{n}/{v.rounds} {who}" for n, who in ((v.lookup_rounds, "lookup"), (v.mtp_rounds, "mtp")) if n
-        ]
+    if v.drafter == AUTO:
+        # Who auto chose: each kind that drafted, from the engine's per-kind counts.
+        shares = [f"{d.rounds}/{v.rounds} {kind}" for kind, d in v.drafters.items() if d.rounds]
         if shares:
             text += f" ({', '.join(shares)})"
     return text

@@ -1,0 +1,10 @@
+"""The drafter kinds' names, in one place (events, statistics and the cost model use them).
+
+Each kind is described by its module's `SPEC` (registry.py lists them); this module holds only
+the names, so that the cost model's defaults can name a kind without importing any drafter."""
+
+from __future__ import annotations
+
+MODEL = "model"  # a small draft model (model.py); the hybrid's rounds are its rounds too
+LOOKUP = "lookup"  # prompt lookup (lookup.py)
+MTP = "mtp"  # the target's own multi-token-prediction heads (mtp.py)

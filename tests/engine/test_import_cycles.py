@@ -1,0 +1,112 @@
+"""No import circle in app/: read every module's imports and look for a cycle among them. In the
+engine an import only for type checking counts too (a circle that only type checking closes is
+still a circle of ideas: model.py <-> mtp.py was one); the app's screens may name the app's type
+(`if TYPE_CHECKING: from app.ui.app import TandemApp`). Fast lane: pure logic over source text."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in (ROOT / "app").rglob("*.py")}
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes inside `if TYPE_CHECKING:` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The app modules `name` imports: a submodule where one is named, else the package."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = set() if name.startswith("app.engine") else _type_only(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                if sub in known:
+                    out.add(sub)
+                elif target in known:
+                    out.add(target)
+    out.discard(name)
+    return out
+
+
+def import_cycles() -> list[list[str]]:
+    """Each group of modules that import each other, directly or around a circle."""
+    known = _modules()
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_import_cycle_in_app() -> None:
+    assert import_cycles() == []
+
+
+def test_the_check_finds_a_cycle(tmp_path: Path) -> None:
+    # The reader itself: model.py -> mtp.py is an edge, so mtp.py -> model.py would be a circle.
+    known = _modules()
+    edges = _imports("app.engine.mtp", known["app.engine.mtp"], known)
+    assert "app.engine.model" in edges
+    assert "app.engine.mtp" not in _imports("app.engine.model", known["app.engine.model"], known)
