@@ -12,8 +12,9 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
 from .discovery import LocalGGUF, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
 from .heads import BUILTIN_DRAFTER_LABEL, has_heads
-from .hub import DownloadCancelled, DownloadError, DownloadProgress, download_file, pull_pair
+from .hub import DownloadCancelled, DownloadProgress, download_file, pull_pair
 from .hub_cache import local_file
+from .hub_client import DownloadError
 from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog, unconfirmed_note
 
 __all__ = [

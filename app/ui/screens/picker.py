@@ -22,12 +22,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static, TabbedContent
 
 from app.catalog import BUILTIN_DRAFTER_LABEL, FitVerdict
+from app.catalog.hub_client import hub_reachable  # (through the hub client: proxies, HF_ENDPOINT)
 from app.catalog.units import format_bytes
 from app.engine import TandemError
 from app.session.pairs import DraftNeeds, PairRef
 from app.session.preflight import APP_REMEDY, preflight
 from app.ui.messages import CatalogReady, NetworkChecked
-from app.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload, hub_reachable
+from app.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload
 from app.ui.picker.catalog_tab import CatalogTab
 from app.ui.picker.disk_tab import DiskTab
 from app.ui.picker.messages import PairChosen, PickerNote
