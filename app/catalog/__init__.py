@@ -3,6 +3,7 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
 
     spec.py        the catalog: models.toml + user catalogs, with line-precise errors
     hub_cache.py   the Hugging Face cache layout: where, what is complete, adding entries
+    hub_client.py  what the hub says about a file (commit, ETag, size), its errors; is it there
     hub.py         resumable, cancellable, checksum-verified downloads with progress
     discovery.py   GGUFs in the HF cache, LM Studio, Ollama and given paths; draft matching
     fit.py         memory needed (weights + KV caches) vs GPU / unified / system memory
