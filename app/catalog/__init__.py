@@ -3,6 +3,7 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
 
     spec.py        the catalog: models.toml + user catalogs, with line-precise errors
     hub_cache.py   the Hugging Face cache layout: where, what is complete, adding entries
+    hub_client.py  what the hub says about a file (commit, ETag, size), its errors; is it there
     hub.py         resumable, cancellable, checksum-verified downloads with progress
     discovery.py   GGUFs in the HF cache, LM Studio, Ollama and given paths; draft matching
     fit.py         memory needed (weights + KV caches) vs GPU / unified / system memory
@@ -11,9 +12,10 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
 
 from .discovery import LocalGGUF, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
-from .heads import BUILTIN_DRAFTER_LABEL, check_heads, has_heads
-from .hub import DownloadCancelled, DownloadError, DownloadProgress, download_file, pull_pair
+from .heads import BUILTIN_DRAFTER_LABEL, has_heads
+from .hub import DownloadCancelled, DownloadProgress, download_file, pull_pair
 from .hub_cache import local_file
+from .hub_client import DownloadError
 from .spec import Catalog, CatalogError, ModelFile, PairSpec, load_catalog, unconfirmed_note
 
 __all__ = [
@@ -27,7 +29,6 @@ __all__ = [
     "LocalGGUF",
     "ModelFile",
     "PairSpec",
-    "check_heads",
     "device_memory",
     "discover_ggufs",
     "download_file",

@@ -2,16 +2,15 @@
 
 Qwen3.5/3.6, GLM-4.5+, DeepSeek V3 and others can ship MTP blocks after their trunk; the header
 says how many (`{arch}.nextn_predict_layers`). Such a target drafts for itself (the engine's
-`--drafter mtp`, and `auto` without a draft model), so the front-ends let it be chosen alone.
-Only the header is read (read_gguf): a few milliseconds, never the weights.
+`--drafter mtp`, and `auto` without a draft model), so the front-ends let it be chosen alone
+(whether it may, before loading, is the session's preflight). Only the header is read
+(read_gguf): a few milliseconds, never the weights.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine import mtp
-from app.engine.errors import TandemError
 from app.engine.gguf_file import read_gguf
 
 BUILTIN_DRAFTER_LABEL = "built-in drafter"  # what the picker and `tandem pairs` call the heads
@@ -20,12 +19,3 @@ BUILTIN_DRAFTER_LABEL = "built-in drafter"  # what the picker and `tandem pairs`
 def has_heads(path: Path) -> bool:
     """Whether the GGUF at `path` has MTP blocks; raises ModelFileError for an unreadable file."""
     return read_gguf(path, check_data=False).mtp_layers > 0
-
-
-def check_heads(path: Path) -> None:
-    """Refuse, before anything is loaded, a target that has no draft heads to draft with, or
-    whose heads this llama.cpp build cannot run."""
-    if not has_heads(path):
-        raise TandemError(mtp.no_heads_message(path.name))
-    if not mtp.supported():
-        raise TandemError(mtp.unsupported_message(path.name))

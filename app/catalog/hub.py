@@ -1,4 +1,5 @@
-"""Downloading catalog models from the Hugging Face hub into its standard cache.
+"""Downloading catalog models from the Hugging Face hub into its standard cache: the resumable
+transfer. What a file is on the hub (commit, size, ETag) and the hub's errors are hub_client.py's.
 
 What huggingface_hub does for us: the file metadata request (`get_hf_file_metadata`: the
 commit, the size and the ETag, which for LFS files is the sha256 of the content; errors
@@ -29,7 +30,6 @@ import contextlib
 import hashlib
 import os
 import queue
-import re
 import shutil
 import threading
 import time
@@ -38,46 +38,44 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from app import __version__
-from app.engine.errors import ModelFileError, TandemError
+from app.engine.errors import ModelFileError
 from app.engine.gguf_file import read_gguf
-
-from .hub_cache import (
-    COMMIT_RE,
-    DEFAULT_ENDPOINT,
-    cached_part,
-    hub_cache_dir,
-    hub_endpoint,
-    inside,
-    link_snapshot,
-    offline_mode,
-    repo_folder,
-    usable_gguf,
-)
-from .spec import ModelFile, PairSpec
-from .units import format_bytes
 
 try:  # huggingface_hub 2.x talks through httpx2, 1.x through httpx
     import httpx2 as _http
 except ImportError:  # pragma: no cover - huggingface_hub 1.x
     import httpx as _http  # type: ignore[no-redef]
 
+from .hub_cache import (
+    cached_part,
+    hub_cache_dir,
+    inside,
+    link_snapshot,
+    offline_mode,
+    repo_folder,
+    usable_gguf,
+)
+from .hub_client import (
+    CONNECT_TIMEOUT_S,
+    HEX40,
+    HEX64,
+    DownloadError,
+    Remote,
+    reason,
+    remote_file,
+)
+from .spec import ModelFile, PairSpec
+from .units import format_bytes
+
 CHUNK_BYTES = 1 << 20
 PROGRESS_INTERVAL_S = 0.1  # at most ten progress callbacks a second per file
 SPEED_WINDOW_S = 5.0  # speed = bytes over the last few seconds, so it follows the network
-CONNECT_TIMEOUT_S = 15.0
 READ_TIMEOUT_S = 30.0
 MAX_RETRIES = 5  # consecutive failures without progress before giving up (partial kept)
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 8.0)
 DISK_MARGIN_BYTES = 64 * 2**20  # keep this much free beyond the download itself
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_HEX40 = re.compile(r"[0-9a-f]{40}")
-
-
-class DownloadError(TandemError):
-    """A model could not be downloaded; the message says why and what to do."""
 
 
 class DownloadCancelled(DownloadError):
@@ -142,19 +140,6 @@ def check_free_space(need_bytes: int, folder: Path, what: str, free_bytes: int |
 
 
 # ------------------------------------------------------------------------------- planning
-@dataclass(frozen=True)
-class _Remote:
-    """One file as the hub describes it now, pinned to a commit."""
-
-    repo_id: str
-    filename: str
-    commit: str  # 40 lowercase hex digits (checked): the snapshot folder's name
-    etag: str  # lowercased when it is a hash (the checksum to compare), else as the server sent it
-    blob: str  # the blob's file name: the ETag if it is a hash, else a sha256 of it
-    size: int | None
-    url: str  # resolve URL at the commit, so every retry fetches the very same bytes
-
-
 def _ensure(
     files: Sequence[ModelFile], on_progress: ProgressCallback | None, cancel: threading.Event | None
 ) -> list[Path]:
@@ -186,7 +171,7 @@ def _ensure(
             f"at {cache}: {missing}. Connect and run `tandem pull`, or unset HF_HUB_OFFLINE."
         )
 
-    remotes = [_head(f, part) for f, part in todo]
+    remotes = [remote_file(f, part) for f, part in todo]
     need = 0
     for r in remotes:
         if r.size is not None:
@@ -216,155 +201,13 @@ def _ensure(
     return paths
 
 
-def _blob_path(cache: Path, r: _Remote, suffix: str = "") -> Path:
+def _blob_path(cache: Path, r: Remote, suffix: str = "") -> Path:
     folder = repo_folder(r.repo_id, cache)
     return inside(folder, folder / "blobs" / f"{r.blob}{suffix}")
 
 
-def _incomplete_path(cache: Path, r: _Remote) -> Path:
+def _incomplete_path(cache: Path, r: Remote) -> Path:
     return _blob_path(cache, r, ".incomplete")
-
-
-def _token_present() -> bool:
-    with contextlib.suppress(Exception):
-        from huggingface_hub import get_token
-
-        return get_token() is not None
-    return False
-
-
-def _head(f: ModelFile, filename: str) -> _Remote:
-    """Ask the hub what `filename` is now: commit, ETag (sha256) and size."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        OfflineModeIsEnabled,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    endpoint = _checked_endpoint()
-    page = f"{endpoint}/{f.repo_id}"
-    url = hf_hub_url(f.repo_id, filename, revision="main", endpoint=endpoint)
-    try:
-        meta = get_hf_file_metadata(
-            url,
-            timeout=CONNECT_TIMEOUT_S,
-            library_name="tandem",
-            library_version=__version__,
-            endpoint=endpoint,
-        )
-    except GatedRepoError as exc:
-        raise DownloadError(_gated_message(f.repo_id, page, exc.response.status_code)) from None
-    except RemoteEntryNotFoundError:
-        raise DownloadError(
-            f"{filename} is not in {f.repo_id} on {endpoint} (404): the file may have been renamed; "
-            f"check {page} and your catalog entry."
-        ) from None
-    except RevisionNotFoundError:
-        raise DownloadError(f"{f.repo_id} has no branch 'main' on {endpoint}.") from None
-    except RepositoryNotFoundError as exc:
-        status = exc.response.status_code
-        if status in (401, 403) and f.gated:
-            raise DownloadError(_gated_message(f.repo_id, page, status)) from None
-        auth = (
-            " (or it is private and your HF_TOKEN cannot see it)"
-            if _token_present()
-            else " (or it is private or gated: set HF_TOKEN to an access token)"
-        )
-        raise DownloadError(f"repository {f.repo_id} was not found on {endpoint}{auth}.") from None
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code
-        if status in (401, 403):
-            raise DownloadError(_gated_message(f.repo_id, page, status)) from None
-        if status == 404:
-            raise DownloadError(f"{f.repo_id}/{filename} was not found on {endpoint} (404).") from None
-        raise DownloadError(
-            f"the hub at {endpoint} answered {status} for {f.repo_id}/{filename}; try again later."
-        ) from None
-    except OfflineModeIsEnabled:
-        raise DownloadError(
-            f"offline mode (HF_HUB_OFFLINE) is on and {f.repo_id}/{filename} is not in the Hugging Face "
-            "cache. Connect and unset HF_HUB_OFFLINE to download it."
-        ) from None
-    except _http.TooManyRedirects:
-        raise DownloadError(
-            f"{endpoint} redirects {f.repo_id}/{filename} in a loop; "
-            "check HF_ENDPOINT and any proxy settings."
-        ) from None
-    except (_http.TransportError, OSError) as exc:
-        raise DownloadError(
-            f"cannot reach {endpoint} ({_reason(exc)}). Check your connection, or set HF_HUB_OFFLINE=1 "
-            "to use only models already downloaded."
-        ) from None
-    except (_http.RequestError, _http.InvalidURL, ValueError) as exc:  # e.g. a malformed redirect
-        raise DownloadError(
-            f"{endpoint} answered for {f.repo_id}/{filename} with something Tandem cannot follow "
-            f"({_reason(exc)}); check HF_ENDPOINT and any proxy settings."
-        ) from None
-    if not meta.commit_hash or not meta.etag:
-        raise DownloadError(
-            f"{endpoint} did not answer like the Hugging Face hub "
-            f"(no commit or ETag for {f.repo_id}/{filename}); "
-            "check HF_ENDPOINT and any proxy settings."
-        )
-    commit = meta.commit_hash.lower()
-    if not COMMIT_RE.fullmatch(commit):
-        # It names the snapshot folder: anything but a commit hash could lead out of the cache.
-        raise DownloadError(
-            f"{endpoint} sent an invalid X-Repo-Commit header {meta.commit_hash[:80]!r} for "
-            f"{f.repo_id}/{filename} (a commit is 40 hex digits); check HF_ENDPOINT and any proxy settings."
-        )
-    etag, blob = _etag_and_blob_name(meta.etag)
-    pinned = hf_hub_url(f.repo_id, filename, revision=commit, endpoint=endpoint)
-    return _Remote(f.repo_id, filename, commit, etag, blob, meta.size, pinned)
-
-
-def _checked_endpoint() -> str:
-    """HF_ENDPOINT, if it is an http(s) URL with a host: anything else is a setup mistake to name,
-    not a network failure to retry (and some would crash the HTTP client)."""
-    endpoint = hub_endpoint()
-    try:
-        parts = urlsplit(endpoint)
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
-    except ValueError:
-        usable = False
-    if not usable:
-        raise DownloadError(
-            f"HF_ENDPOINT is not a usable address ({os.environ.get('HF_ENDPOINT', '')!r}): "
-            f"set it to an http(s) URL such as {DEFAULT_ENDPOINT}, or unset it."
-        )
-    return endpoint
-
-
-def _etag_and_blob_name(etag: str) -> tuple[str, str]:
-    """(the ETag to verify against, the blob's file name). The hub's ETags are a sha256 (LFS) or a
-    git sha1; any other header value (a mirror's own, or a hostile path) never becomes a path
-    itself: its sha256 names the blob, and the download is only checked by size."""
-    low = etag.lower()
-    if _HEX64.fullmatch(low) or _HEX40.fullmatch(low):
-        return low, low
-    return etag, hashlib.sha256(etag.encode()).hexdigest()
-
-
-def _gated_message(repo_id: str, page: str, status: int) -> str:
-    if not _token_present():
-        return (
-            f"{repo_id} is gated: accept its license at {page}, then set HF_TOKEN to an access token "
-            "(https://huggingface.co/settings/tokens) or run `hf auth login`, and try again."
-        )
-    return (
-        f"the hub refused your token for {repo_id} ({status}): request access at {page} (it is gated) "
-        "and check that the token in HF_TOKEN can read gated repositories."
-    )
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
 
 
 # ------------------------------------------------------------------------------- fetching
@@ -405,16 +248,16 @@ class _Meter:
 
 def _hasher_for(etag: str, size: int | None) -> Any:
     """The hub's ETag is the sha256 of an LFS file, or the git blob sha1 of a small file."""
-    if _HEX64.fullmatch(etag):
+    if HEX64.fullmatch(etag):
         return hashlib.sha256()
-    if _HEX40.fullmatch(etag) and size is not None:
+    if HEX40.fullmatch(etag) and size is not None:
         h = hashlib.sha1(usedforsecurity=False)
         h.update(b"blob %d\0" % size)
         return h
     return None  # an ETag we cannot check (e.g. a mirror's own); the size is still checked
 
 
-def _fetch(cache: Path, r: _Remote, report: ProgressCallback, cancel: threading.Event | None) -> None:
+def _fetch(cache: Path, r: Remote, report: ProgressCallback, cancel: threading.Event | None) -> None:
     folder = repo_folder(r.repo_id, cache)
     blob = _blob_path(cache, r)
 
@@ -475,7 +318,7 @@ class _State:
     hasher: Any
 
 
-def _download_to(path: Path, r: _Remote, report: ProgressCallback, cancel: threading.Event | None) -> _Meter:
+def _download_to(path: Path, r: Remote, report: ProgressCallback, cancel: threading.Event | None) -> _Meter:
     """Stream the file into `path`, resuming what is there; verify size and checksum."""
     state = _State(path.stat().st_size if path.exists() else 0, _hasher_for(r.etag, r.size))
     if r.size is not None and state.offset > r.size:
@@ -501,7 +344,7 @@ def _download_to(path: Path, r: _Remote, report: ProgressCallback, cancel: threa
 
 
 def _receive(
-    path: Path, r: _Remote, state: _State, report: ProgressCallback, cancel: threading.Event | None
+    path: Path, r: Remote, state: _State, report: ProgressCallback, cancel: threading.Event | None
 ) -> _Meter:
     """Append the rest of the file to `path`, retrying dropped connections from where they stopped."""
     with path.open("ab") as fh:
@@ -562,7 +405,7 @@ class _Unfollowable(Exception):
     """An answer no retry can fix: a redirect loop, or a redirect to an address that is not one."""
 
 
-def _stream(fh: Any, r: _Remote, state: _State, meter: _Meter, cancel: threading.Event | None) -> bool:
+def _stream(fh: Any, r: Remote, state: _State, meter: _Meter, cancel: threading.Event | None) -> bool:
     """One GET from `state.offset`, appending to `fh`. True when the body ended normally."""
     from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
@@ -668,9 +511,7 @@ def _reader(
                     if status in (408, 429) or status >= 500:
                         put("error", _Retryable(f"the hub answered {status}"))
                     else:
-                        put(
-                            "error", DownloadError(f"the hub refused the download ({status}): {_reason(exc)}")
-                        )
+                        put("error", DownloadError(f"the hub refused the download ({status}): {reason(exc)}"))
                     return
             if not put("status", (resp.status_code, resp.headers.get("Content-Range", ""))):
                 return
@@ -693,7 +534,7 @@ def _network_failure(exc: Exception) -> Exception:
     # then reported as failing, still in one line).
     bad_location = isinstance(exc, _http.RemoteProtocolError) and str(exc).startswith(_BAD_LOCATION)
     if bad_location or isinstance(exc, (_http.UnsupportedProtocol, _http.InvalidURL)):
-        return _Unfollowable(f"the server redirected it to an unusable address ({_reason(exc)})")
+        return _Unfollowable(f"the server redirected it to an unusable address ({reason(exc)})")
     if isinstance(exc, _http.TransportError):
-        return _Retryable(_reason(exc))
-    return _Unfollowable(f"its answer cannot be read ({_reason(exc)})")
+        return _Retryable(reason(exc))
+    return _Unfollowable(f"its answer cannot be read ({reason(exc)})")

@@ -53,8 +53,11 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
                 "target with its own draft heads (multi-token prediction) can come alone"
             )
         # The app drafts with the pair's draft model (download it too, after asking), or with
-        # the target's own heads when the pair has no draft model.
-        pair = resolve_pair(request, DraftNeeds(use_draft=True), fetch=terminal_fetch(yes=opts.yes))
+        # the target's own heads when the pair has no draft model. The app's load runs the
+        # preflight, as for any pair it loads: a refusal is shown there, with the picker.
+        pair = resolve_pair(
+            request, DraftNeeds(use_draft=True), fetch=terminal_fetch(yes=opts.yes), check=False
+        )
     app = TandemApp(pair=pair, **app_options)
     settings = app.settings
     if opts.n_ctx is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import IncompatiblePairError
-from .gguf_file import GGUFInfo, TokenTable
+from .gguf_info import GGUFInfo, TokenTable
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN_ID = 5

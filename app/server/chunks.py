@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from app.engine import GenerationStats, PartStats, TokenEvent
 from app.engine.events import StopReason
-from app.session.collect import token_json
+from app.session.collect import token_origins
 
 Kind = Literal["chat", "text"]
 
@@ -38,10 +38,6 @@ _FINISH: dict[StopReason, str] = {
 
 def finish_reason(reason: StopReason) -> str:
     return _FINISH[reason]
-
-
-def token_origins(tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
-    return [token_json(t) for t in tokens]
 
 
 def usage(stats: GenerationStats) -> dict[str, Any]:

@@ -73,12 +73,18 @@ def token_json(t: TokenEvent) -> dict[str, Any]:
     return entry
 
 
+def token_origins(tokens: Iterable[TokenEvent]) -> list[dict[str, Any]]:
+    """Every token as JSON (token_json), in order: `tandem run --json`'s `tokens` and the
+    server's `tandem.tokens` are this one list."""
+    return [token_json(t) for t in tokens]
+
+
 def outcome_json(out: Outcome) -> dict[str, Any]:
     """The answer, the reasoning beside it, every token with its origin and part, and the stats
     (`tandem run --json`)."""
     return {
         "text": out.text,
         "reasoning": out.reasoning,
-        "tokens": [token_json(t) for t in out.tokens],
+        "tokens": token_origins(out.tokens),
         "stats": out.stats.to_dict(),
     }

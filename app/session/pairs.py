@@ -18,6 +18,7 @@ from app.engine.config import DrafterChoice
 from app.engine.drafters import registry
 from app.engine.drafters.spec import Needs
 from app.engine.errors import TandemError
+from app.session.preflight import preflight
 
 if TYPE_CHECKING:
     from app.catalog.spec import ModelFile, PairSpec
@@ -129,21 +130,27 @@ class DraftNeeds:
             need_heads=Needs.HEADS in needs,
         )
 
+    @classmethod
+    def of_pair(cls, ref: PairRef) -> DraftNeeds:
+        """The needs of a front-end that drafts with whatever the pair brings (the app): its
+        draft model, or without one the target's own heads."""
+        return cls(use_draft=True, need_heads=ref.draft is None)
 
-def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch) -> PairRef:
+
+def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch, check: bool = True) -> PairRef:
     """The files to load for `request`, refused with one line (before anything is loaded)
-    when they cannot draft as `needs` says: the model drafter without a draft model, the mtp
-    drafter with a target that has no draft heads."""
+    when they cannot draft as `needs` says (the model drafter without a draft model), or when
+    the preflight refuses them (preflight.py: unreadable files, tokenizers that differ, the
+    mtp drafter with a target that has no draft heads). `check=False` leaves the preflight to
+    the caller (the app runs it before its own load, and reports in its window)."""
     if request.pair:
         if request.target or request.draft:
             raise TandemError("use either --pair NAME or --target/--draft, not both")
         ref = _catalog_pair(request, needs, fetch)
     else:
         ref = _file_pair(request, needs)
-    if needs.need_heads:
-        from app.catalog import check_heads
-
-        check_heads(ref.target)
+    if check:
+        preflight(ref, needs)
     return ref
 
 

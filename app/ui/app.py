@@ -21,11 +21,12 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from app.catalog import BUILTIN_DRAFTER_LABEL, has_heads
+from app.catalog import BUILTIN_DRAFTER_LABEL
 from app.catalog.units import format_bytes
-from app.engine import GenerationConfig, ModelPair, TandemError, check_pair, read_gguf
+from app.engine import GenerationConfig, ModelPair
 from app.session.drafting import drafts_itself
-from app.session.pairs import PairRef
+from app.session.pairs import DraftNeeds, PairRef
+from app.session.preflight import APP_REMEDY, preflight
 from app.session.prompts import pair_notes
 from app.ui.conversations import Conversation, ConversationStore
 from app.ui.jobs import LoadedPair, failure_text
@@ -140,15 +141,8 @@ class TandemApp(App[None]):
         t0 = time.perf_counter()
         try:
             # Cheap checks first (headers and tokenizers, no weights): a wrong choice keeps
-            # the current pair loaded.
-            if ref.draft is None:  # the target must draft with its own heads (MTP)
-                if not has_heads(ref.target):
-                    raise TandemError(
-                        f"{ref.target.name} has no built-in draft heads (multi-token prediction "
-                        "layers): pick a pair with a draft model"
-                    )
-            else:
-                check_pair(read_gguf(ref.target), read_gguf(ref.draft))
+            # the current pair loaded. Without a draft the target drafts with its own heads.
+            preflight(ref, DraftNeeds.of_pair(ref), remedy=APP_REMEDY)
         except Exception as exc:  # (anything else too: the app must leave its loading state)
             self.post_message(PairLoadFailed(ref, failure_text(exc), old))
             return

@@ -1,7 +1,6 @@
 """What the pair picker shows, gathered without Textual (it runs in worker threads).
 
 * `catalog_rows()`: every catalog pair with its download state and memory verdict.
-* `hub_reachable()`: whether the Hugging Face hub answers at all (first run without network).
 * `PairDownload`: progress of a pair's models (all parts of split files) from the catalog's
   per-file callbacks: two, or one for a target that drafts with its own heads (MTP).
 """
@@ -10,8 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +25,8 @@ from app.catalog import (
     local_file,
     pair_fit,
 )
-from app.catalog.hub_cache import hub_endpoint, offline_mode
 from app.catalog.units import format_bytes
 from app.engine import TandemError
-
-PROBE_TIMEOUT_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -88,22 +82,6 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
         draft = local_file(spec.draft) if spec.draft is not None else None
         rows.append(CatalogRow(spec, local_file(spec.target), draft, fit))
     return CatalogListing(catalog, rows)
-
-
-def hub_reachable() -> tuple[bool, str]:
-    """(True, "") when the hub answers (any HTTP status counts); else (False, why)."""
-    if offline_mode():
-        return False, "HF_HUB_OFFLINE is set"
-    url = hub_endpoint()
-    try:
-        req = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(req, timeout=PROBE_TIMEOUT_S):
-            return True, ""
-    except urllib.error.HTTPError:
-        return True, ""  # an answer, even an error page, means the network is there
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"{url} cannot be reached ({reason})"
 
 
 @dataclass(frozen=True)

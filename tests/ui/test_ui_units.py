@@ -4,6 +4,7 @@ and the incremental text widget."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 
@@ -66,7 +67,10 @@ def test_bad_settings_files_fall_back_with_a_note(tmp_path: Path) -> None:
 
 
 def test_settings_toml_is_valid_for_tricky_strings() -> None:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10 (supported): the backport the app uses too
+        import tomli as tomllib
 
     text = settings_toml(Settings(system_prompt="a\x01b\"c'''\n"))
     assert tomllib.loads(text)["system_prompt"] == "a\x01b\"c'''\n"

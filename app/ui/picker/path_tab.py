@@ -12,32 +12,25 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
 
 from app.catalog import BUILTIN_DRAFTER_LABEL
-from app.engine import TandemError, compatibility_problems, read_gguf
-from app.session.pairs import PairRef
+from app.engine import TandemError
+from app.session.pairs import DraftNeeds, PairRef
+from app.session.preflight import APP_REMEDY, preflight
 from app.ui.picker.messages import PairChosen, PickerNote
 
 
 def check_paths(target: str, draft: str) -> PairRef:
     """The pair, if both files are GGUFs whose tokenizers match, or a target alone that has its
-    own draft heads (multi-token prediction); TandemError otherwise."""
+    own draft heads (multi-token prediction): the session's preflight, as for every load;
+    TandemError otherwise."""
     if not target.strip():
         raise TandemError(
             "give a target GGUF path (and a draft's, unless the target has its own draft heads)"
         )
     t_path = Path(target.strip()).expanduser()
-    if not draft.strip():
-        if read_gguf(t_path, check_data=False).mtp_layers == 0:
-            raise TandemError(
-                f"give a draft GGUF path too: {t_path.name} has no built-in draft heads "
-                "(multi-token prediction layers) to draft with alone"
-            )
-        return PairRef(t_path, None)
-    d_path = Path(draft.strip()).expanduser()
-    t_info, d_info = read_gguf(t_path), read_gguf(d_path)
-    problems = compatibility_problems(t_info, d_info)
-    if problems:
-        raise TandemError(f"{d_path.name} cannot draft for {t_path.name}: {problems[0]}")
-    return PairRef(t_path, d_path)
+    d_path = Path(draft.strip()).expanduser() if draft.strip() else None
+    ref = PairRef(t_path, d_path)
+    preflight(ref, DraftNeeds.of_pair(ref), remedy=APP_REMEDY)
+    return ref
 
 
 class PathTab(TabPane):

@@ -21,12 +21,14 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static, TabbedContent
 
-from app.catalog import BUILTIN_DRAFTER_LABEL, FitVerdict, files_fit
+from app.catalog import BUILTIN_DRAFTER_LABEL, FitVerdict
+from app.catalog.hub_client import hub_reachable  # (through the hub client: proxies, HF_ENDPOINT)
 from app.catalog.units import format_bytes
 from app.engine import TandemError
-from app.session.pairs import PairRef
+from app.session.pairs import DraftNeeds, PairRef
+from app.session.preflight import APP_REMEDY, preflight
 from app.ui.messages import CatalogReady, NetworkChecked
-from app.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload, hub_reachable
+from app.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload
 from app.ui.picker.catalog_tab import CatalogTab
 from app.ui.picker.disk_tab import DiskTab
 from app.ui.picker.messages import PairChosen, PickerNote
@@ -169,9 +171,11 @@ class PickerScreen(Screen[None]):
 
     def _files_fit(self, ref: PairRef) -> FitVerdict | None:
         """Whether the files (a target alone drafts with its own heads) fit at the app's context
-        size (None when it cannot be told)."""
+        size; None when it cannot be told, or when the preflight refuses them (the load says
+        why, and keeps the current pair)."""
+        n_ctx = self.tandem.settings.load_options(ref.spec).n_ctx
         try:
-            return files_fit(ref.target, ref.draft, self.tandem.settings.load_options(ref.spec).n_ctx)
+            return preflight(ref, DraftNeeds.of_pair(ref), n_ctx=n_ctx, remedy=APP_REMEDY).fit
         except (TandemError, OSError):
             return None
 

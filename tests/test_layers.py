@@ -1,0 +1,150 @@
+"""The layers hold (docs/architecture.md): read from every module's imports, so CI fails the
+day one crosses a line.
+
+    engine     imports nothing above it, and never Textual
+    session    nothing of the front-ends (ui, cli, server) nor the bench
+    catalog    nothing of session, the front-ends or the bench
+    ui, cli, server   never each other, except where the command line starts the others
+
+Every import counts: at the top, inside functions (lazy imports) and under TYPE_CHECKING (a
+type is a dependency too); relative imports are resolved. Modules are read as text (ast), not
+imported, so the check needs no llama.cpp and takes a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "app"  # the importable package's name: the one word the package rename changes here
+
+# layer -> the layers it must not import.
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "engine": frozenset({"session", "catalog", "cli", "server", "ui", "bench"}),
+    "session": frozenset({"ui", "cli", "server", "bench"}),
+    "catalog": frozenset({"session", "ui", "cli", "server", "bench"}),
+    "ui": frozenset({"cli", "server"}),
+    "server": frozenset({"cli", "ui"}),
+    "cli": frozenset({"ui", "server"}),
+}
+NO_TEXTUAL = frozenset({"engine", "session", "catalog"})  # (nor do they draw anything)
+
+# The command line starts the other front-ends: `tandem chat` opens the app, `tandem serve`
+# runs the server. These launch points (module -> what it may import) are the only crossings.
+LAUNCHERS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("cli.chat_cmd", "ui.app"),
+        ("cli.serve_cmd", "server"),
+        ("cli.serve_cmd", "server.run"),
+    }
+)
+
+
+def package_dir() -> Path:
+    module = importlib.import_module(PACKAGE)
+    assert module.__file__ is not None
+    return Path(module.__file__).parent
+
+
+def module_name(path: Path, root: Path) -> str:
+    """`engine.gguf_file` for <root>/engine/gguf_file.py, `engine` for its __init__.py."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[tuple[str, int]]:
+    """(what `module` imports, the line) for every import in `source`: names inside PACKAGE as
+    paths within it (`session.pairs`; "" for the package itself), others as written
+    (`textual.app`)."""
+    here = module.split(".") if module else []
+    package = here if is_package else here[:-1]
+    for node in ast.walk(_parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield _inside(alias.name), node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's package, one level up per extra dot
+                up = len(package) - (node.level - 1)
+                if up < 0:
+                    raise ValueError(f"{module}: a relative import above {PACKAGE}")
+                target = ".".join([*package[:up], *([node.module] if node.module else [])])
+            else:
+                target = _inside(node.module or "")
+            if target == "":  # `from app import session` / `from .. import session`: submodules
+                for alias in node.names:
+                    yield alias.name, node.lineno
+            else:
+                yield target, node.lineno
+
+
+def _parse(source: str) -> ast.Module:
+    """ast.parse in a thread of its own: CPython 3.11 can raise a spurious SystemError ("AST
+    constructor recursion depth mismatch") in a thread whose recursion count an earlier test's
+    deep recursion left off; a new thread starts from zero."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(ast.parse, source).result()
+
+
+def _inside(name: str) -> str:
+    if name == PACKAGE:
+        return ""
+    return name.removeprefix(PACKAGE + ".") if name.startswith(PACKAGE + ".") else f"!{name}"
+
+
+def violations(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """Each import of `module` that crosses a layer line, as `module:line imports target`."""
+    layer = module.split(".")[0]
+    found: list[str] = []
+    for target, line in imports(source, module, is_package=is_package):
+        if target.startswith("!"):  # outside the package
+            top = target[1:].split(".")[0]
+            if top == "textual" and layer in NO_TEXTUAL:
+                found.append(f"{module}:{line} imports {target[1:]}")
+            continue
+        other = target.split(".")[0]
+        if other in FORBIDDEN.get(layer, ()) and (module, target) not in LAUNCHERS:
+            found.append(f"{module}:{line} imports {PACKAGE}.{target}")
+    return found
+
+
+def test_every_layer_imports_only_what_is_below_it() -> None:
+    root = package_dir()
+    files = sorted(root.rglob("*.py"))
+    layers = {module_name(f, root).split(".")[0] for f in files}
+    assert set(FORBIDDEN) <= layers  # the layers named here exist (a rename would show here)
+    found: list[str] = []
+    for f in files:
+        source, module = f.read_text(encoding="utf-8"), module_name(f, root)
+        found += violations(source, module, is_package=f.name == "__init__.py")
+    assert not found, "imports across the layers:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "crossing"),
+    [
+        (f"from {PACKAGE}.session.pairs import PairRef", "engine.pair", "engine.pair:1 imports"),
+        ("from ..session import pairs", "engine.pair", "imports app.session"),
+        ("from .. import ui", "server.api", "imports app.ui"),
+        (f"def f():\n    import {PACKAGE}.cli.main", "catalog.fit", "catalog.fit:2 imports"),
+        ("if TYPE_CHECKING:\n    from ..session.pairs import PairRef", "catalog.hub", "imports app.session"),
+        ("from textual.app import App", "engine.model", "imports textual.app"),
+        ("from textual.app import App", "session.collect", "imports textual.app"),
+        (f"from {PACKAGE}.server import create_app", "cli.run_cmd", "imports app.server"),
+    ],
+)
+def test_the_check_sees_each_kind_of_crossing(source: str, module: str, crossing: str) -> None:
+    """The check can fail: each way of writing a forbidden import is caught."""
+    found = violations(source, module)
+    assert len(found) == 1 and crossing.replace("app.", f"{PACKAGE}.") in found[0]
+
+
+def test_the_check_lets_allowed_imports_through() -> None:
+    assert violations("from ..engine import ModelPair\nfrom .pairs import PairRef", "session.choices") == []
+    assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.chat_cmd") == []  # a launcher
+    assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.run_cmd") != []  # not one
+    assert violations("from .drafters import lookup", "engine", is_package=True) == []
