@@ -6,6 +6,7 @@ import time
 from typing import TextIO
 
 from app.engine import GenerationStats, Origin, PartStats
+from app.engine.drafters.registry import AUTO
 from app.session.collect import Outcome
 
 RESET = "\x1b[0m"
@@ -127,6 +128,9 @@ def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
             parts.append(
                 f"draft {100 * s.draft_s / s.decode_s:.0f}% / verify {100 * s.verify_s / s.decode_s:.0f}%"
             )
+        drafted_by = [f"{d.rounds} {kind}" for kind, d in s.drafters.items() if d.rounds]
+        if s.drafter == AUTO and drafted_by:
+            parts.append("rounds drafted: " + ", ".join(drafted_by))  # who auto chose
     if s.reasoning_tokens:
         parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]
     if baseline_tps:
