@@ -68,10 +68,10 @@ def tui_run(args: argparse.Namespace) -> dict[str, float]:
 def child(args: argparse.Namespace) -> None:
     """One chat turn in the app, headless; prints the answer's stats as JSON."""
     sys.path.insert(0, str(ROOT))
-    from app.session.pairs import PairRef
-    from app.ui.app import TandemApp
-    from app.ui.settings import Settings, save_settings
-    from app.ui.storage import AppDirs
+    from tandem.session.pairs import PairRef
+    from tandem.ui.app import TandemApp
+    from tandem.ui.settings import Settings, save_settings
+    from tandem.ui.storage import AppDirs
 
     with tempfile.TemporaryDirectory() as tmp:
         dirs = AppDirs.under(Path(tmp))
@@ -148,7 +148,7 @@ def main() -> int:
     )
     med = statistics.median(ratios)
     sys.path.insert(0, str(ROOT))
-    from app.bench.interval import bootstrap_median
+    from tandem.bench.interval import bootstrap_median
 
     low, high = bootstrap_median([ratios], resamples=4000)
     print(

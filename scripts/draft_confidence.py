@@ -34,12 +34,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
-from app.bench.replay import ReplayCostModel, costs_from_report  # noqa: E402
-from app.bench.runner import run_once  # noqa: E402
-from app.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
-from app.engine.costs import MeasuredCosts  # noqa: E402
-from app.engine.draft_policy import AdaptivePolicy, FixedPolicy, expected_tokens  # noqa: E402
+from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
+from tandem.bench.replay import ReplayCostModel, costs_from_report  # noqa: E402
+from tandem.bench.runner import run_once  # noqa: E402
+from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
+from tandem.engine.costs import MeasuredCosts  # noqa: E402
+from tandem.engine.draft_policy import AdaptivePolicy, FixedPolicy, expected_tokens  # noqa: E402
 
 EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # confidence bins: [0, .1), [.1, .2), ...
 
@@ -52,7 +52,7 @@ class ConfTrace:
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[ConfTrace]:
-    from app.session.prompts import text_prompt
+    from tandem.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     assert pair.draft is not None

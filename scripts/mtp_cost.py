@@ -44,10 +44,9 @@ def main() -> int:
     args = ap.parse_args()
 
     import model_files
-
-    from app.engine import GenerationConfig, LoadOptions, ModelPair
-    from app.engine.draft_policy import expected_tokens
-    from app.session.collect import collect
+    from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+    from tandem.engine.draft_policy import expected_tokens
+    from tandem.session.collect import collect
 
     shape = model_files.QWEN35_SHAPES[args.shape]
     print(f"writing/reading the {args.shape}-shaped random model (once: a few GB)...", flush=True)

@@ -36,7 +36,7 @@ PROMPT = "Write a long story about a dragon who learns to write computer program
 def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROOT) -> dict[str, float]:
     """One `tandem run --json` process of the code in `checkout`; its stats."""
     mode = ["--draft", str(model), "--drafter", "model", "--no-adaptive", "--draft-max", str(k)]
-    cmd = [sys.executable, "-m", "app.cli.main", "run", "--threads", "1", "--target", str(model)]
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--threads", "1", "--target", str(model)]
     cmd += [*(mode if speculative else ["--baseline"]), "-n", str(n), "--json", PROMPT]
     stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, cwd=checkout).stdout)["stats"]
     return _figures(stats)
@@ -45,10 +45,10 @@ def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROO
 def one_streamed_run(model: Path, speculative: bool, k: int, n: int) -> dict[str, float]:
     """The same generation in this process, its text streamed through the CLI's own writer
     (coloured, flushed once a round) into a file: the rendering's cost included."""
-    from app.cli.render import TokenWriter
-    from app.engine import GenerationConfig, LoadOptions, ModelPair
-    from app.session.collect import collect
-    from app.session.prompts import text_prompt
+    from tandem.cli.render import TokenWriter
+    from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+    from tandem.session.collect import collect
+    from tandem.session.prompts import text_prompt
 
     cfg = GenerationConfig(max_tokens=n, draft_max=k, adaptive=False, drafter="model")
     with ModelPair.load(model, model if speculative else None, LoadOptions(n_threads=1)) as pair:

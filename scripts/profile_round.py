@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.engine import DoneEvent, GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
+from tandem.engine import DoneEvent, GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
 
 PROMPTS = [
     "Explain how a refrigerator keeps food cold, step by step.",
@@ -106,7 +106,7 @@ def main() -> int:
         import model_files
 
         target, draft = model_files.smollm2("F16"), model_files.smollm2_q4_1()
-    from app.session.prompts import text_prompt
+    from tandem.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     try:

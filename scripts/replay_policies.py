@@ -28,15 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
-from app.bench.replay import Policy, Trace, costs_from_report, replay_all, trace_from_rounds  # noqa: E402
-from app.bench.runner import run_once  # noqa: E402
-from app.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
-from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
+from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
+from tandem.bench.replay import Policy, Trace, costs_from_report, replay_all, trace_from_rounds  # noqa: E402
+from tandem.bench.runner import run_once  # noqa: E402
+from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
+from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:
-    from app.session.prompts import text_prompt
+    from tandem.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
     base = GenerationConfig(max_tokens=max_tokens, sampler=SamplerSettings(temperature=0.0))

@@ -49,9 +49,8 @@ def main() -> int:
     args = ap.parse_args()
 
     import model_files
-
-    from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, RoundEvent
-    from app.session.collect import collect
+    from tandem.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, RoundEvent
+    from tandem.session.collect import collect
 
     print(f"K = {args.k}, greedy, {args.tokens} tokens, {len(PROMPTS)} prompts x {args.runs} runs, 1 thread")
     columns = ("rounds", "rejected", "checkpoint", "restore", "verify", "share")

@@ -28,12 +28,12 @@ async def shoot(target: Path, draft: Path, size: tuple[int, int]) -> None:
     from textual.widgets import Input
     from ui_helpers import send, wait_for, wait_ready
 
-    from app.session.pairs import PairRef
-    from app.ui.app import TandemApp
-    from app.ui.screens.demo import DemoScreen
-    from app.ui.screens.picker import PickerScreen
-    from app.ui.settings import Settings, save_settings
-    from app.ui.storage import AppDirs
+    from tandem.session.pairs import PairRef
+    from tandem.ui.app import TandemApp
+    from tandem.ui.screens.demo import DemoScreen
+    from tandem.ui.screens.picker import PickerScreen
+    from tandem.ui.settings import Settings, save_settings
+    from tandem.ui.storage import AppDirs
 
     suffix = "" if size == (120, 40) else f"-{size[0]}x{size[1]}"
 
@@ -46,7 +46,7 @@ async def shoot(target: Path, draft: Path, size: tuple[int, int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dirs = AppDirs.under(Path(tmp))
         save_settings(dirs.settings_file, Settings(max_tokens=200))
-        import app.ui.screens.picker as picker_module
+        import tandem.ui.screens.picker as picker_module
 
         picker_module.hub_reachable = lambda: (True, "")  # see the docstring
         first = TandemApp(dirs=dirs)

@@ -43,13 +43,13 @@ PROMPTS = [
 
 
 def run_cli(models: list[str], settings: list[str], prompt: str) -> float:
-    cmd = [sys.executable, "-m", "app.cli.main", "run", *models, *settings, "--json", prompt]
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", *models, *settings, "--json", prompt]
     stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT).stdout)["stats"]
     return float(stats["decode_tokens_per_s"])
 
 
 def start_server(models: list[str], settings: list[str]) -> tuple[subprocess.Popen[str], int]:
-    cmd = [sys.executable, "-m", "app.cli.main", "serve", *models, *settings, "--port", "0"]
+    cmd = [sys.executable, "-m", "tandem.cli.main", "serve", *models, *settings, "--port", "0"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stderr is not None
     for line in proc.stderr:

@@ -7,8 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
-import model_files
 import pytest
+
+import model_files
 
 TINY_REPO = "test-org/tiny-GGUF"
 

@@ -19,8 +19,7 @@ import model_files
 from catalogs import DISTINCT_CATALOG, TINY_CATALOG, TINY_ONLY_CATALOG, TINY_REPO, install_catalog
 from hub_server import FakeHub
 from run_helpers import TINY
-
-from app.engine import LoadOptions, ModelPair
+from tandem.engine import LoadOptions, ModelPair
 
 
 @pytest.fixture(scope="session")

@@ -93,8 +93,8 @@ def smollm2(ftype: str) -> Path:
     if out.exists():
         return out
     src = smollm2_q4_1()
-    from app.engine.llama_lib import llama_cpp
-    from app.engine.model import ensure_backend
+    from tandem.engine.llama_lib import llama_cpp
+    from tandem.engine.model import ensure_backend
 
     ensure_backend()  # also routes llama.cpp's log away from the test output
     params = llama_cpp.llama_model_quantize_default_params()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from app.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
-from app.engine.draft_policy import CostModel
-from app.session.collect import Outcome, collect
+from tandem.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine.draft_policy import CostModel
+from tandem.session.collect import Outcome, collect
 
 # What a generation yielded, sorted by kind (tokens, rounds, prefill, done): the session layer's.
 Run = Outcome

@@ -7,8 +7,8 @@ from collections import Counter
 
 from scipy.stats import chisquare
 
-from app.engine import ModelPair, SamplerSettings
-from app.engine.sampling import distribution
+from tandem.engine import ModelPair, SamplerSettings
+from tandem.engine.sampling import distribution
 
 
 def exact_joint(

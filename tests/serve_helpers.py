@@ -1,5 +1,5 @@
 """`tandem serve` in a thread of the test process, on a free port of 127.0.0.1, over the session's
-real pairs (the same server `tandem serve` runs: app/server/run.py's make_server)."""
+real pairs (the same server `tandem serve` runs: app/tandem/server/run.py's make_server)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.engine import ModelPair
-from app.server import ServeSettings
-from app.server.run import bind, make_server
-from app.session.choices import Choices
+from tandem.engine import ModelPair
+from tandem.server import ServeSettings
+from tandem.server.run import bind, make_server
+from tandem.session.choices import Choices
 
 
 class Served:
@@ -87,7 +87,7 @@ def wait_idle(served: Served, timeout: float = 5.0) -> float:
 def start_serve(target: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     """A real `tandem serve` process on a free port of 127.0.0.1 (`--threads 1`), once it listens:
     the process (stderr is a pipe, read past the line that says where it listens) and the port."""
-    command = [sys.executable, "-m", "app.cli.main", "serve", "--target", str(target)]
+    command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(target)]
     proc = subprocess.Popen(
         [*command, "--threads", "1", "--port", "0", *args],
         stdout=subprocess.DEVNULL,

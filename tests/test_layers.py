@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = "app"  # the importable package's name: the one word the package rename changes here
+PACKAGE = "tandem"  # the importable package's name: the one word the package rename changes here
 
 # layer -> the layers it must not import.
 FORBIDDEN: dict[str, frozenset[str]] = {
@@ -75,7 +75,7 @@ def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[t
                 target = ".".join([*package[:up], *([node.module] if node.module else [])])
             else:
                 target = _inside(node.module or "")
-            if target == "":  # `from app import session` / `from .. import session`: submodules
+            if target == "":  # `from tandem import session` / `from .. import session`: submodules
                 for alias in node.names:
                     yield alias.name, node.lineno
             else:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from catalogs import TINY_CATALOG
 
-from app.catalog import CatalogError, load_catalog, unconfirmed_note
-from app.catalog.spec import BUILTIN_CATALOG, parse_catalog_file, quantization_from_name, split_parts
+from catalogs import TINY_CATALOG
+from tandem.catalog import CatalogError, load_catalog, unconfirmed_note
+from tandem.catalog.spec import BUILTIN_CATALOG, parse_catalog_file, quantization_from_name, split_parts
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

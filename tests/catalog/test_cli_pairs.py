@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, TINY_CATALOG, install_catalog, mtp_target
 from hub_server import FakeHub
-
-from app.catalog import load_catalog
-from app.cli.fetch import terminal_fetch
-from app.cli.main import main
-from app.engine import TandemError
+from tandem.catalog import load_catalog
+from tandem.cli.fetch import terminal_fetch
+from tandem.cli.main import main
+from tandem.engine import TandemError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real command in a child process, with this test's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli.main", *args],
+        [sys.executable, "-m", "tandem.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -221,7 +221,7 @@ def test_models_lists_given_files_and_their_drafts(
 def test_bench_with_a_pair_uses_its_draft_and_settings(
     tiny_hub: FakeHub, tiny_catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    from app.catalog import pull_pair
+    from tandem.catalog import pull_pair
 
     pull_pair(load_catalog().get("tiny"))
     prompts = tmp_path / "prompts.txt"

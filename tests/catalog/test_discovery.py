@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import model_files
 import pytest
+
+import model_files
 from catalogs import link_or_copy
 from split_gguf import write_split
-
-from app.catalog import LocalGGUF, discover_ggufs, drafts_for
-from app.catalog.discovery import scan
+from tandem.catalog import LocalGGUF, discover_ggufs, drafts_for
+from tandem.catalog.discovery import scan
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -157,8 +157,7 @@ def test_nothing_found_on_an_empty_machine(hf_env: Path, tmp_path: Path, monkeyp
 
 def test_a_model_with_its_own_draft_heads_says_so(hf_env: Path):
     from catalogs import mtp_target, no_heads_target
-
-    from app.catalog import has_heads
+    from tandem.catalog import has_heads
 
     heads, plain = discover_ggufs([mtp_target(), no_heads_target()])
     if heads.path != mtp_target():

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from catalogs import TINY_REPO
 from hub_server import FakeHub
-
-from app.catalog import DownloadError, ModelFile, download_file, local_file
-from app.catalog import hub as hub_module
+from tandem.catalog import DownloadError, ModelFile, download_file, local_file
+from tandem.catalog import hub as hub_module
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "tiny-a.gguf"
@@ -56,7 +56,7 @@ def pull_in_child(*args: str, limit_file_bytes: int | None = None) -> subprocess
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
 
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "pull", *args],
+        [sys.executable, "-m", "tandem.cli.main", "pull", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

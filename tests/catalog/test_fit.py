@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import model_files
 import pytest
 
-from app.catalog import FitVerdict, device_memory, files_fit, load_catalog, pair_fit
-from app.catalog.fit import estimate_pair_bytes, judge, kv_cache_bytes, runtime_overhead
-from app.engine import LoadedModel, LoadOptions, read_gguf
+import model_files
+from tandem.catalog import FitVerdict, device_memory, files_fit, load_catalog, pair_fit
+from tandem.catalog.fit import estimate_pair_bytes, judge, kv_cache_bytes, runtime_overhead
+from tandem.engine import LoadedModel, LoadOptions, read_gguf
 
 
 def test_kv_cache_estimate_matches_the_engine(smollm2_f16: Path):
@@ -79,7 +79,7 @@ def test_tiny_models_fit_anywhere(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_user_pair_without_sizes_is_estimated_from_file_names(hf_env: Path, monkeypatch: pytest.MonkeyPatch):
-    from app.catalog import ModelFile, PairSpec
+    from tandem.catalog import ModelFile, PairSpec
 
     def f(repo: str, name: str, quant: str) -> ModelFile:
         return ModelFile(repo, name, 0, quant, "", False)
@@ -103,7 +103,7 @@ def test_user_pair_without_sizes_is_estimated_from_file_names(hf_env: Path, monk
 def test_a_pair_drafted_by_its_own_heads_needs_the_target_and_its_kv_only(
     hf_env: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from app.catalog import ModelFile, PairSpec
+    from tandem.catalog import ModelFile, PairSpec
 
     monkeypatch.setenv("TANDEM_MEMORY", "64G")
     builtin = load_catalog().get("qwen3.6-27b-mtp")

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from catalogs import TINY_REPO, link_or_copy
 from hub_server import FakeHub
-
-from app.catalog import DownloadError, DownloadProgress, ModelFile, download_file, local_file
-from app.catalog import hub as hub_module
-from app.catalog.discovery import scan
-from app.catalog.hub_cache import link_snapshot, repo_folder
-from app.engine.errors import TandemError
+from tandem.catalog import DownloadError, DownloadProgress, ModelFile, download_file, local_file
+from tandem.catalog import hub as hub_module
+from tandem.catalog.discovery import scan
+from tandem.catalog.hub_cache import link_snapshot, repo_folder
+from tandem.engine.errors import TandemError
 
 A = "tiny-a.gguf"
 FOLDER = "models--test-org--tiny-GGUF"

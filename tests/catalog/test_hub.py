@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from catalogs import TINY_REPO
 from hub_server import FakeHub
 from split_gguf import write_split
-
-from app.catalog import (
+from tandem.catalog import (
     DownloadCancelled,
     DownloadError,
     DownloadProgress,
@@ -23,8 +23,8 @@ from app.catalog import (
     local_file,
     pull_pair,
 )
-from app.catalog.hub import check_free_space
-from app.engine import LoadedModel, LoadOptions, read_gguf
+from tandem.catalog.hub import check_free_space
+from tandem.engine import LoadedModel, LoadOptions, read_gguf
 
 
 def model(filename: str, repo_id: str = TINY_REPO, gated: bool = False) -> ModelFile:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 
 import pytest
-from hub_server import FakeHub
 
-from app.catalog.hub_client import hub_reachable
+from hub_server import FakeHub
+from tandem.catalog.hub_client import hub_reachable
 
 
 def _closed_port() -> int:

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from app.bench.interval import bootstrap_median
+from tandem.bench.interval import bootstrap_median
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

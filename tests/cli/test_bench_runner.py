@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 
-from app.bench.prompts import BenchPrompt
-from app.bench.runner import BASELINE, run_bench
-from app.bench.settings import parse_settings
-from app.engine import GenerationConfig, ModelPair, SamplerSettings
-from app.engine.draft_policy import CostModel
+from tandem.bench.prompts import BenchPrompt
+from tandem.bench.runner import BASELINE, run_bench
+from tandem.bench.settings import parse_settings
+from tandem.engine import GenerationConfig, ModelPair, SamplerSettings
+from tandem.engine.draft_policy import CostModel
 
 
 def test_each_setting_learns_alone_and_the_pair_s_record_is_untouched(smollm2_pair: ModelPair) -> None:

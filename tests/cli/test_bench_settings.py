@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench.settings import parse_settings
-from app.engine import GenerationConfig, TandemError
+from tandem.bench.settings import parse_settings
+from tandem.engine import GenerationConfig, TandemError
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

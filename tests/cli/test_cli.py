@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import model_files
 import pytest
 
-from app.cli.main import main
+import model_files
+from tandem.cli.main import main
 
-TANDEM = [sys.executable, "-m", "app.cli.main"]
+TANDEM = [sys.executable, "-m", "tandem.cli.main"]
 ROOT = Path(__file__).resolve().parents[2]
 
 

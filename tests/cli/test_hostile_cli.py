@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def tandem(args: list[str | bytes], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [os.fsencode(sys.executable), b"-m", b"app.cli.main", *(os.fsencode(a) for a in args)],
+        [os.fsencode(sys.executable), b"-m", b"tandem.cli.main", *(os.fsencode(a) for a in args)],
         input=stdin,
         capture_output=True,
         timeout=120,

@@ -25,7 +25,7 @@ def peak(target: Path, draft: Path, ctx: int) -> dict[str, int]:
         [
             sys.executable,
             "-m",
-            "app.cli.main",
+            "tandem.cli.main",
             "run",
             "--target",
             str(target),
@@ -69,8 +69,8 @@ def _vm_peak_after_load(target: Path | None, draft: Path | None, ctx: int) -> in
     """Address space a process needs to load the pair (or, without a target, just to start)."""
     load = f"ModelPair.load({str(target)!r}, {str(draft)!r}, LoadOptions(n_ctx={ctx}))\n" if target else ""
     code = (
-        "from app.engine import LoadOptions, ModelPair\n"
-        "from app.engine.model import ensure_backend\n"
+        "from tandem.engine import LoadOptions, ModelPair\n"
+        "from tandem.engine.model import ensure_backend\n"
         "ensure_backend()\n"
         f"{load}"
         "print(next(l for l in open('/proc/self/status') if l.startswith('VmPeak')).split()[1])\n"
@@ -102,7 +102,7 @@ def test_not_enough_memory_is_one_clear_line(smollm2_f16: Path, smollm2_q4_1: Pa
         [
             sys.executable,
             "-m",
-            "app.cli.main",
+            "tandem.cli.main",
             "run",
             "--target",
             str(smollm2_f16),

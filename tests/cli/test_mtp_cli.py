@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from catalogs import mtp_target, no_heads_target
 
-from app.bench.settings import parse_drafters, parse_settings
-from app.cli.main import main
-from app.engine import GenerationConfig
+from catalogs import mtp_target, no_heads_target
+from tandem.bench.settings import parse_drafters, parse_settings
+from tandem.cli.main import main
+from tandem.engine import GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-TANDEM = [sys.executable, "-m", "app.cli.main"]
+TANDEM = [sys.executable, "-m", "tandem.cli.main"]
 PROMPT = "Write a story about the ocean and a lighthouse keeper."
 FAST = ["--threads", "1", "--ctx", "512"]
 

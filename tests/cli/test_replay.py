@@ -1,4 +1,4 @@
-"""Replaying draft-length policies on recorded acceptance (app/bench/replay.py).
+"""Replaying draft-length policies on recorded acceptance (app/tandem/bench/replay.py).
 
 Pure arithmetic over the engine's real policy classes: no model is involved, the traces stand
 for what a greedy run recorded.
@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from app.bench.replay import Policy, ReplayCostModel, Trace, replay, replay_all, trace_from_rounds
-from app.engine.costs import MeasuredCosts
-from app.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
-from app.engine.events import RoundEvent
+from tandem.bench.replay import Policy, ReplayCostModel, Trace, replay, replay_all, trace_from_rounds
+from tandem.engine.costs import MeasuredCosts
+from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from tandem.engine.events import RoundEvent
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import model_files
 import pytest
 
-from app.cli.main import main
-from app.engine import ChatMessage, LoadOptions, ModelPair
+import model_files
+from tandem.cli.main import main
+from tandem.engine import ChatMessage, LoadOptions, ModelPair
 
 FIXED = ("--threads", "1", "--ctx", "1024", "--no-adaptive", "--draft-max", "4", "-n", "24")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from run_helpers import run
 
-from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair
+from run_helpers import run
+from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair
 
 LOGIT_TOLERANCE = 0.1
 
@@ -102,7 +102,7 @@ def test_second_turn_reuses_the_cache(smollm2_pair: ModelPair) -> None:
 def test_invariants_hold_every_round(smollm2_pair: ModelPair, draft_max: int) -> None:
     """Cache bookkeeping after each round: target = history minus the last token."""
     prompt = smollm2_pair.chat_prompt([ChatMessage("user", "Count from one to twenty in words.")])
-    from app.engine import GenerationConfig, RoundEvent, TokenEvent
+    from tandem.engine import GenerationConfig, RoundEvent, TokenEvent
 
     history = list(prompt)
     target, draft = smollm2_pair.target, smollm2_pair.draft

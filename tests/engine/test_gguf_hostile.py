@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.catalog.fit import kv_cache_bytes
-from app.engine import ModelFileError, compatibility_problems, gguf_file, read_gguf
-from app.engine.compat import TokenizerFacts
-from app.engine.gguf_file import GGUFInfo
+from tandem.catalog.fit import kv_cache_bytes
+from tandem.engine import ModelFileError, compatibility_problems, gguf_file, read_gguf
+from tandem.engine.compat import TokenizerFacts
+from tandem.engine.gguf_file import GGUFInfo
 
 MiB = 1 << 20
 T = TypeVar("T")

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from run_helpers import run
 
-from app.engine import ChatMessage, ModelPair
-from app.engine.draft_policy import CostModel
+from run_helpers import run
+from tandem.engine import ChatMessage, ModelPair
+from tandem.engine.draft_policy import CostModel
 
 NEAR_TIE_LOGITS = 0.1
 

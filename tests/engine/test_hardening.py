@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from run_helpers import run
 
-from app.engine import ChatMessage, ContextOverflowError, ModelPair, SamplerSettings
-from app.engine.sampling import distribution
+from run_helpers import run
+from tandem.engine import ChatMessage, ContextOverflowError, ModelPair, SamplerSettings
+from tandem.engine.sampling import distribution
 
 
 def test_long_conversation_drops_oldest_turns_and_keeps_the_system_prompt(smollm2_pair: ModelPair) -> None:

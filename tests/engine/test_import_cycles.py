@@ -1,7 +1,7 @@
 """No import circle in app/: read every module's imports and look for a cycle among them. In the
 engine an import only for type checking counts too (a circle that only type checking closes is
 still a circle of ideas: model.py <-> mtp.py was one); the app's screens may name the app's type
-(`if TYPE_CHECKING: from app.ui.app import TandemApp`). Fast lane: pure logic over source text."""
+(`if TYPE_CHECKING: from tandem.ui.app import TandemApp`). Fast lane: pure logic over source text."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The app modules `name` imports: a submodule where one is named, else the package."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = set() if name.startswith("app.engine") else _type_only(tree)
+    skip = set() if name.startswith("tandem.engine") else _type_only(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -107,6 +107,6 @@ def test_no_import_cycle_in_app() -> None:
 def test_the_check_finds_a_cycle(tmp_path: Path) -> None:
     # The reader itself: model.py -> mtp.py is an edge, so mtp.py -> model.py would be a circle.
     known = _modules()
-    edges = _imports("app.engine.mtp", known["app.engine.mtp"], known)
-    assert "app.engine.model" in edges
-    assert "app.engine.mtp" not in _imports("app.engine.model", known["app.engine.model"], known)
+    edges = _imports("tandem.engine.mtp", known["tandem.engine.mtp"], known)
+    assert "tandem.engine.model" in edges
+    assert "tandem.engine.mtp" not in _imports("tandem.engine.model", known["tandem.engine.model"], known)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
-
-from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from app.engine.draft_policy import CostModel
-from app.engine.drafters.lookup import LookupDrafter
+from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine.draft_policy import CostModel
+from tandem.engine.drafters.lookup import LookupDrafter
 
 SUMMARY = (
     "Summarize this text, quoting its key sentences.\n\nThe Old Mill Bridge was designed by the engineer "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import model_files
 import pytest
 
-from app.engine import (
+import model_files
+from tandem.engine import (
     IncompatiblePairError,
     LoadedModel,
     ModelFileError,

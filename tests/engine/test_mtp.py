@@ -2,7 +2,7 @@
 
 A tiny random-weight Qwen3.5 (model_files.tiny_mtp_model: hybrid gated-delta-net/attention
 trunk, one MTP block after it, F32, SmolLM2's tokenizer) is the target; llama.cpp runs its MTP
-block in a second context (app/engine/mtp.py). Its heads agree with the target about a third
+block in a second context (app/tandem/engine/mtp.py). Its heads agree with the target about a third
 of the time, so drafts are both accepted and rejected. The reference for every answer is the
 same GGUF loaded without its heads, run as the target alone.
 """
@@ -14,15 +14,15 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import model_files
 import numpy as np
 import pytest
+
+import model_files
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
-
-from app.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, TandemError
-from app.engine.draft_policy import CostModel
-from app.engine.mtp import MtpHead, heads_of
+from tandem.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, TandemError
+from tandem.engine.draft_policy import CostModel
+from tandem.engine.mtp import MtpHead, heads_of
 
 OPTIONS = LoadOptions(n_ctx=1024, n_threads=1)
 PROMPTS = [

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import model_files
 import pytest
-from run_helpers import run
 
-from app.engine import GenerationError, LoadOptions, ModelPair, TandemError
-from app.session.choices import Choices
+import model_files
+from run_helpers import run
+from tandem.engine import GenerationError, LoadOptions, ModelPair, TandemError
+from tandem.session.choices import Choices
 
 ROOT = Path(__file__).resolve().parents[2]
 # The checked greedy path (the one a GPU takes) is forced with greedy_in_graph=False.
@@ -51,7 +51,7 @@ def test_a_draft_s_non_finite_logits_are_a_generation_error(
 
 
 def tandem_run(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "app.cli.main", "run", *args, "hi"]
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", *args, "hi"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
@@ -81,7 +81,7 @@ def test_the_cli_reports_non_finite_logits_in_one_line(poisoned: Path) -> None:
 def test_every_numeric_option_is_checked(field: str, value: float) -> None:
     from dataclasses import replace
 
-    from app.engine import SamplerSettings
+    from tandem.engine import SamplerSettings
 
     if field in ("temperature", "top_p", "min_p"):
         choices = Choices(sampler=replace(SamplerSettings(), **{field: value}))

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.engine.events import Origin, TokenEvent
-from app.engine.reasoning import (
+from tandem.engine.events import Origin, TokenEvent
+from tandem.engine.reasoning import (
     HARMONY,
     THINK_TAGS,
     ReasoningFormat,

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import model_files
 import pytest
-from run_helpers import TINY
 
-from app.engine import ChatMessage, GenerationConfig, ModelPair, Origin
-from app.engine.generation import marker_pieces
-from app.engine.reasoning import ReasoningSplit, tags
-from app.session.collect import collect
+import model_files
+from run_helpers import TINY
+from tandem.engine import ChatMessage, GenerationConfig, ModelPair, Origin
+from tandem.engine.generation import marker_pieces
+from tandem.engine.reasoning import ReasoningSplit, tags
+from tandem.session.collect import collect
 
 CONFIG = GenerationConfig(max_tokens=40, adaptive=False, draft_max=4, drafter="model")
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello there")]

@@ -19,18 +19,18 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import model_files
 import numpy as np
 import pytest
+
+import model_files
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
-
-from app.cli.main import main
-from app.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from app.engine.draft_policy import CostModel
-from app.engine.gguf_file import read_gguf
-from app.engine.llama_lib import llama_cpp
-from app.engine.memory import kv_cache_bytes, recurrent_state_bytes
+from tandem.cli.main import main
+from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine.draft_policy import CostModel
+from tandem.engine.gguf_file import read_gguf
+from tandem.engine.llama_lib import llama_cpp
+from tandem.engine.memory import kv_cache_bytes, recurrent_state_bytes
 
 OPTIONS = LoadOptions(n_ctx=512, n_threads=1)
 
@@ -202,8 +202,8 @@ def test_cancel_mid_round_then_a_correct_answer(pair: ModelPair, monkeypatch: py
         if len(getattr(out, "tokens", ())) >= 12:
             armed.set()
 
-    from app.engine import GenerationConfig
-    from app.session.collect import collect
+    from tandem.engine import GenerationConfig
+    from tandem.session.collect import collect
 
     cfg = GenerationConfig(max_tokens=40, draft_max=6, adaptive=False, drafter="model")
     cut = collect(pair.generate(prompt, cfg, cancel=cancel), arm)

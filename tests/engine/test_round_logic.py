@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from app.engine.config import GenerationConfig
-from app.engine.draft_policy import CostModel
-from app.engine.drafters import Proposal, registry
-from app.engine.drafters.lookup import LookupDrafter
-from app.engine.drafters.spec import Drafter, DrafterSpec, Needs, Offer, RoundView
-from app.engine.events import Origin, RoundEvent
-from app.engine.round import PLAIN, Plan, run_round, verify
-from app.engine.sampling import Dist, SamplerSettings
-from app.engine.scheduler import Scheduler
+from tandem.engine.config import GenerationConfig
+from tandem.engine.draft_policy import CostModel
+from tandem.engine.drafters import Proposal, registry
+from tandem.engine.drafters.lookup import LookupDrafter
+from tandem.engine.drafters.spec import Drafter, DrafterSpec, Needs, Offer, RoundView
+from tandem.engine.events import Origin, RoundEvent
+from tandem.engine.round import PLAIN, Plan, run_round, verify
+from tandem.engine.sampling import Dist, SamplerSettings
+from tandem.engine.scheduler import Scheduler
 
 pytestmark = pytest.mark.fast
 
@@ -302,6 +302,6 @@ def test_auto_is_every_kind_the_pair_offers() -> None:
 
 
 def test_choices_are_the_registry_kinds() -> None:
-    from app.engine.config import DRAFTER_CHOICES
+    from tandem.engine.config import DRAFTER_CHOICES
 
     assert set(DRAFTER_CHOICES) == {*registry.names(), registry.AUTO}

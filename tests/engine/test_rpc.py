@@ -23,20 +23,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 import rpc_server
 from run_helpers import run
-
-from app.engine import LoadOptions, ModelPair, TandemError
-from app.engine.config import parse_rpc_servers
-from app.session.choices import Choices
+from tandem.engine import LoadOptions, ModelPair, TandemError
+from tandem.engine.config import parse_rpc_servers
+from tandem.session.choices import Choices
 
 ROOT = Path(__file__).resolve().parents[2]
-TANDEM = [sys.executable, "-m", "app.cli.main"]
+TANDEM = [sys.executable, "-m", "tandem.cli.main"]
 TINY = LoadOptions(n_ctx=1024, n_threads=1)  # as conftest's tiny pairs are loaded
 
 
 def _rpc_supported() -> bool:
-    from app.engine import rpc
+    from tandem.engine import rpc
 
     return rpc.supported()
 
@@ -220,7 +220,7 @@ def test_server_lost_mid_answer_is_one_line(
 
 
 def test_the_app_setting_round_trips(tmp_path: Path) -> None:
-    from app.ui.settings import Settings, load_settings, save_settings
+    from tandem.ui.settings import Settings, load_settings, save_settings
 
     path = tmp_path / "settings.toml"
     save_settings(path, Settings(rpc_servers="10.0.0.1:50052, gpu-box:50052"))

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from app.engine.sampling import Dist, SamplerSettings, accept_draft, distribution, residual
+from tandem.engine.sampling import Dist, SamplerSettings, accept_draft, distribution, residual
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

@@ -18,11 +18,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
+
+import tandem.engine.round as round_module  # where verification lives
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
-
-import app.engine.round as round_module  # where verification lives
-from app.engine import ModelPair, SamplerSettings
+from tandem.engine import ModelPair, SamplerSettings
 
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 N_TOKENS = 3

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from run_helpers import run
-
-from app.engine import ChatMessage, ModelPair
+from tandem.engine import ChatMessage, ModelPair
 
 
 def test_seeded_sampling_repeats_exactly(smollm2_pair: ModelPair) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from run_helpers import run
 
-from app.engine import ChatMessage, ContextOverflowError, LoadOptions, ModelPair, TandemError
+from run_helpers import run
+from tandem.engine import ChatMessage, ContextOverflowError, LoadOptions, ModelPair, TandemError
 
 
 @pytest.mark.parametrize("speculative", [False, True])
@@ -98,8 +98,8 @@ def test_multibyte_characters_never_print_as_garbage(smollm2_pair: ModelPair) ->
     """Byte-level BPE splits emoji and CJK across tokens; streamed text must stay clean."""
     text = "Café 👩‍💻 naïve 東京 🎉 Ελληνικά שלום"
     ids = smollm2_pair.target.tokenize(text, add_special=False, parse_special=False)
-    from app.engine.events import Origin
-    from app.engine.text_stream import TokenStream
+    from tandem.engine.events import Origin
+    from tandem.engine.text_stream import TokenStream
 
     stream = TokenStream(smollm2_pair.target.piece)
     pieces = [e.text for t in ids for e in stream.add(t, Origin.TARGET)]

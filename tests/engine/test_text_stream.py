@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.events import Origin
-from app.engine.text_stream import TokenStream
+from tandem.engine.events import Origin
+from tandem.engine.text_stream import TokenStream
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_helpers import request, serving
 
-from app.engine import ModelPair
-from app.server.run import bind
+from serve_helpers import request, serving
+from tandem.engine import ModelPair
+from tandem.server.run import bind
 
 HI = [{"role": "user", "content": "Hi"}]
 
@@ -122,7 +122,7 @@ def test_unknown_paths_methods_and_keys_get_json_errors(tiny_pair: ModelPair) ->
 # ------------------------------------------------------------------------------ the command
 def _serve_process(target: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "serve", "--target", str(target), "--threads", "1", *args],
+        [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(target), "--threads", "1", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

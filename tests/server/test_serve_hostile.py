@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import model_files
 import pytest
-from serve_helpers import Served, request, serving
 
-from app.engine import ChatMessage, LoadOptions, ModelPair
-from app.server.guards import HostCheck
-from app.server.schema import MAX_MESSAGES
-from app.session.prompts import chat_prompt
+import model_files
+from serve_helpers import Served, request, serving
+from tandem.engine import ChatMessage, LoadOptions, ModelPair
+from tandem.server.guards import HostCheck
+from tandem.server.schema import MAX_MESSAGES
+from tandem.session.prompts import chat_prompt
 
 HI = [{"role": "user", "content": "Hi"}]
 # A template that renders for RENDER_SECONDS (2 s) before it gives up: a prompt build in flight.

@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
-from serve_helpers import Served, request, serving, wait_idle
 
-from app.engine import GenerationConfig, ModelPair
-from app.session.collect import collect
-from app.session.prompts import chat_prompt, messages_for
+from serve_helpers import Served, request, serving, wait_idle
+from tandem.engine import GenerationConfig, ModelPair
+from tandem.session.collect import collect
+from tandem.session.prompts import chat_prompt, messages_for
 
 
 def expected(pair: ModelPair, text: str, max_tokens: int) -> str:

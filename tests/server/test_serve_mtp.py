@@ -10,12 +10,12 @@ from typing import Any
 
 import openai
 import pytest
+
 from catalogs import mtp_target, no_heads_target
 from serve_helpers import serving
-
-from app.cli.main import main
-from app.engine import LoadOptions, ModelPair
-from app.session.choices import Choices
+from tandem.cli.main import main
+from tandem.engine import LoadOptions, ModelPair
+from tandem.session.choices import Choices
 
 FIXED = ("--no-adaptive", "--draft-max", "3", "-n", "32")  # fixed K: the same rounds, the same origins
 MESSAGES = [{"role": "user", "content": "Write a story about the ocean and a lighthouse keeper."}]

@@ -10,11 +10,11 @@ from typing import Any
 
 import openai
 import pytest
-from serve_helpers import serving
 
-from app.cli.main import main
-from app.engine import ModelPair
-from app.session.choices import Choices
+from serve_helpers import serving
+from tandem.cli.main import main
+from tandem.engine import ModelPair
+from tandem.session.choices import Choices
 
 MESSAGES: list[dict[str, str]] = [
     {"role": "system", "content": "You are a terse assistant."},

@@ -11,15 +11,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import model_files
 import openai
 import pytest
+
+import model_files
 from run_helpers import TINY
 from serve_helpers import request, serving
-
-from app.cli.main import main
-from app.engine import ModelPair
-from app.session.choices import Choices
+from tandem.cli.main import main
+from tandem.engine import ModelPair
+from tandem.session.choices import Choices
 
 ASK = [{"role": "user", "content": "Hello there"}]
 FIXED = Choices(n_threads=1, adaptive=False, draft_max=4, max_tokens=24)

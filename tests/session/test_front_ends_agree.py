@@ -1,7 +1,7 @@
 """The CLI, the app and the benchmark agree: one prompt rule, one way to apply a catalog pair,
 one set of defaults, and the numbers on screen are what the engine ran.
 
-Each test pins one of the disagreements the session layer (app/session) removed."""
+Each test pins one of the disagreements the session layer (app/tandem/session) removed."""
 
 from __future__ import annotations
 
@@ -15,17 +15,16 @@ from pathlib import Path
 
 import model_files
 from catalogs import TINY_CATALOG
-
-from app.catalog.spec import load_catalog
-from app.cli.main import build_parser
-from app.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
-from app.engine.config import ADAPTIVE_K_MAX, FIXED_K
-from app.session.choices import Choices, generation_config, load_options
-from app.session.prompts import FittingChatPrompt, pair_notes, text_prompt, transcript
-from app.ui.settings import Settings
+from tandem.catalog.spec import load_catalog
+from tandem.cli.main import build_parser
+from tandem.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K
+from tandem.session.choices import Choices, generation_config, load_options
+from tandem.session.prompts import FittingChatPrompt, pair_notes, text_prompt, transcript
+from tandem.ui.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-TANDEM = [sys.executable, "-m", "app.cli.main"]
+TANDEM = [sys.executable, "-m", "tandem.cli.main"]
 
 
 def tandem(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -128,9 +127,9 @@ def _names(path: Path) -> set[str]:
 
 
 def test_argparse_s_namespace_stays_in_the_cli_s_options_module() -> None:
-    app_dir = ROOT / "app"
+    app_dir = ROOT / "app" / "tandem"
     users = sorted(str(p.relative_to(ROOT)) for p in app_dir.rglob("*.py") if "Namespace" in _names(p))
-    assert users == ["app/cli/options.py"]
+    assert users == ["app/tandem/cli/options.py"]
     options = ast.parse((app_dir / "cli" / "options.py").read_text())
     imported = {n.module or "" for n in ast.walk(options) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(options) if isinstance(n, ast.Import) for a in n.names

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
 from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, install_catalog, mtp_target, no_heads_target
 from hub_server import FakeHub
-
-from app.catalog import ModelFile, PairSpec, download_file, pull_pair
-from app.engine import LoadOptions, ModelPair, TandemError
-from app.engine.mtp import heads_of
-from app.session.drafting import drafted_by, no_draft_note
-from app.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
+from tandem.catalog import ModelFile, PairSpec, download_file, pull_pair
+from tandem.engine import LoadOptions, ModelPair, TandemError
+from tandem.engine.mtp import heads_of
+from tandem.session.drafting import drafted_by, no_draft_note
+from tandem.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
 
 
 def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:

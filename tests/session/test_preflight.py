@@ -1,4 +1,4 @@
-"""One preflight before every load (app/session/preflight.py): what it refuses, in one line
+"""One preflight before every load (app/tandem/session/preflight.py): what it refuses, in one line
 worded once, and that the CLI's resolution, the app's main load and its By-path tab all reach
 it (so they refuse the same files with the same words)."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import model_files
 import pytest
-from catalogs import mtp_target, no_heads_target
 
-from app.catalog import ModelFile, PairSpec
-from app.engine import IncompatiblePairError, ModelFileError, TandemError
-from app.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
-from app.session.preflight import APP_REMEDY, CLI_REMEDY, no_heads_message, preflight
-from app.ui.picker.path_tab import check_paths
+import model_files
+from catalogs import mtp_target, no_heads_target
+from tandem.catalog import ModelFile, PairSpec
+from tandem.engine import IncompatiblePairError, ModelFileError, TandemError
+from tandem.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
+from tandem.session.preflight import APP_REMEDY, CLI_REMEDY, no_heads_message, preflight
+from tandem.ui.picker.path_tab import check_paths
 
 
 def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:

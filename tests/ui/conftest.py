@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import model_files
 import pytest
 from ui_helpers import FIXED
 
-from app.session.pairs import PairRef
-from app.ui.settings import Settings, save_settings
-from app.ui.storage import AppDirs
+import model_files
+from tandem.session.pairs import PairRef
+from tandem.ui.settings import Settings, save_settings
+from tandem.ui.storage import AppDirs
 
 
 @pytest.fixture(autouse=True)

@@ -9,13 +9,13 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Markdown
 from ui_helpers import FIXED, run_app, send, start_sending, wait_for, wait_ready
 
-from app.engine import Origin
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.conversations import ConversationStore
-from app.ui.storage import AppDirs
-from app.ui.widgets.chat_log import AnswerView, Note, UserTurn
-from app.ui.widgets.stats import Legend, StatsPanel
+from tandem.engine import Origin
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.conversations import ConversationStore
+from tandem.ui.storage import AppDirs
+from tandem.ui.widgets.chat_log import AnswerView, Note, UserTurn
+from tandem.ui.widgets.stats import Legend, StatsPanel
 
 
 def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef) -> None:

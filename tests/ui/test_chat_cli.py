@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.main import main
-from app.ui.app import TandemApp
+from tandem.cli.main import main
+from tandem.ui.app import TandemApp
 
 
 @pytest.fixture

@@ -11,16 +11,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from catalogs import link_or_copy
 from textual.pilot import Pilot
 from textual.widgets import Static
 from ui_helpers import run_app, wait_for
 
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.screens.picker import PickerScreen
-from app.ui.settings import Settings, load_settings, save_changes, save_settings
-from app.ui.storage import AppDirs
+from catalogs import link_or_copy
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.settings import Settings, load_settings, save_changes, save_settings
+from tandem.ui.storage import AppDirs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_a_hostile_gguf_in_a_scanned_folder_leaves_the_picker_up(dirs: AppDirs, 
 
 def test_tandem_models_lists_past_a_hostile_gguf(lm_studio: Path) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "models", "--json"],
+        [sys.executable, "-m", "tandem.cli.main", "models", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -83,8 +83,8 @@ def test_a_worker_failing_unexpectedly_is_shown_and_the_app_goes_on(
     def broken_scan() -> list[object]:
         raise RecursionError("scan exploded")
 
-    monkeypatch.setattr("app.ui.screens.picker.hub_reachable", broken_probe)
-    monkeypatch.setattr("app.ui.picker.disk_tab.disk_models", broken_scan)
+    monkeypatch.setattr("tandem.ui.screens.picker.hub_reachable", broken_probe)
+    monkeypatch.setattr("tandem.ui.picker.disk_tab.disk_models", broken_scan)
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def scenario(pilot: Pilot[None]) -> None:

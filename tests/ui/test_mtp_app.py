@@ -10,22 +10,22 @@ import shutil
 from pathlib import Path
 
 import pytest
-from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_target, no_heads_target
-from hub_server import FakeHub
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Select, Static
 from ui_helpers import picker, run_app, send, wait_for, wait_ready
 
-from app.engine import Origin
-from app.engine.mtp import heads_of
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.screens.picker import PickerScreen
-from app.ui.screens.settings import SettingsScreen
-from app.ui.settings import load_settings
-from app.ui.storage import AppDirs, read_json
-from app.ui.widgets.chat_log import AnswerView
-from app.ui.widgets.stats import StatsPanel
+from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_target, no_heads_target
+from hub_server import FakeHub
+from tandem.engine import Origin
+from tandem.engine.mtp import heads_of
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.screens.settings import SettingsScreen
+from tandem.ui.settings import load_settings
+from tandem.ui.storage import AppDirs, read_json
+from tandem.ui.widgets.chat_log import AnswerView
+from tandem.ui.widgets.stats import StatsPanel
 
 
 def _origins(app: TandemApp) -> set[Origin]:

@@ -10,19 +10,19 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from hub_server import FakeHub
 from textual.pilot import Pilot
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
-from app.cli.chat_cmd import app_for
-from app.cli.main import build_parser
-from app.cli.options import chat_options
-from app.engine.config import FIXED_K
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.screens.picker import PickerScreen
-from app.ui.settings import Settings, save_settings
-from app.ui.storage import AppDirs
+from hub_server import FakeHub
+from tandem.cli.chat_cmd import app_for
+from tandem.cli.main import build_parser
+from tandem.cli.options import chat_options
+from tandem.engine.config import FIXED_K
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.settings import Settings, save_settings
+from tandem.ui.storage import AppDirs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,19 @@ def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
     tiny_hub: FakeHub, distinct_catalog: Path, tmp_path: Path
 ) -> None:
     # tandem run --pair (it downloads the pair first, --yes)
-    cmd = [sys.executable, "-m", "app.cli.main", "run", "--pair", "tiny", "--yes", "--json", "-n", "8", "Hi"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tandem.cli.main",
+        "run",
+        "--pair",
+        "tiny",
+        "--yes",
+        "--json",
+        "-n",
+        "8",
+        "Hi",
+    ]
     res = subprocess.run([*cmd, "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     run = json.loads(res.stdout)["config"]

@@ -7,18 +7,18 @@ import os
 import shutil
 from pathlib import Path
 
-import model_files
 import pytest
-from catalogs import TINY_ONLY_CATALOG, install_catalog
-from hub_server import FakeHub
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, TabbedContent
 from ui_helpers import picker, run_app, text_of, wait_for, wait_ready
 
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.screens.picker import PickerScreen
-from app.ui.storage import AppDirs, read_json
+import model_files
+from catalogs import TINY_ONLY_CATALOG, install_catalog
+from hub_server import FakeHub
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.storage import AppDirs, read_json
 
 
 def test_first_run_preselects_the_default_pair_downloads_and_loads_it(

@@ -38,7 +38,7 @@ def test_pool_threads_keep_normal_priority_under_a_lowered_thread() -> None:
     got = run_child(
         """
         import asyncio, json, threading, time
-        from app.ui.priority import WorkerPool, lower_this_thread, thread_nice
+        from tandem.ui.priority import WorkerPool, lower_this_thread, thread_nice
 
         def nice_of_new_thread():
             seen = []
@@ -87,11 +87,11 @@ def test_the_app_lowers_its_ui_thread_and_not_the_engine(
         """
         import asyncio, json, os, sys, threading
         from pathlib import Path
-        from app.ui.app import TandemApp
-        from app.ui.priority import thread_nice
-        from app.session.pairs import PairRef
-        from app.ui.settings import save_settings
-        from app.ui.storage import AppDirs
+        from tandem.ui.app import TandemApp
+        from tandem.ui.priority import thread_nice
+        from tandem.session.pairs import PairRef
+        from tandem.ui.settings import save_settings
+        from tandem.ui.storage import AppDirs
         from ui_helpers import FIXED, start_sending, wait_for, wait_ready
 
         target, draft, tmp = sys.argv[1:4]

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from app.engine import Origin
-from app.ui.conversations import Conversation, ConversationStore, Turn, decode_spans
-from app.ui.speed import SpeedReference, SpeedStore
-from app.ui.storage import AppDirs, read_json
+from tandem.engine import Origin
+from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans
+from tandem.ui.speed import SpeedReference, SpeedStore
+from tandem.ui.storage import AppDirs, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -281,8 +281,8 @@ WORKER = """
 import sys, time
 from pathlib import Path
 kind, path, me, n = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-from app.ui.speed import SpeedReference, SpeedStore
-from app.ui.storage import update_json
+from tandem.ui.speed import SpeedReference, SpeedStore
+from tandem.ui.storage import update_json
 
 def change(state):  # what TandemApp._remember_pair does, plus a counter to see lost updates
     state = state if isinstance(state, dict) else {}

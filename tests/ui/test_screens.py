@@ -8,13 +8,13 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, Switch
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.screens.demo import DemoPane, DemoScreen, first_difference
-from app.ui.screens.help import HelpScreen
-from app.ui.screens.settings import SettingsScreen
-from app.ui.settings import load_settings
-from app.ui.storage import AppDirs
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.demo import DemoPane, DemoScreen, first_difference
+from tandem.ui.screens.help import HelpScreen
+from tandem.ui.screens.settings import SettingsScreen
+from tandem.ui.settings import load_settings
+from tandem.ui.storage import AppDirs
 
 
 def test_demo_runs_target_alone_then_speculative(dirs: AppDirs, tiny_close_ref: PairRef) -> None:
@@ -147,7 +147,7 @@ def test_help_and_command_palette(dirs: AppDirs, tiny_ref: PairRef) -> None:
 
 
 def test_saved_chats_list_opens_and_deletes(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    from app.ui.screens.conversations import ConversationsScreen
+    from tandem.ui.screens.conversations import ConversationsScreen
 
     app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
 

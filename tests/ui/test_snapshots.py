@@ -21,15 +21,15 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 from ui_helpers import wait_for, wait_ready
 
-from app.engine import Origin
-from app.engine.stats import DrafterStats
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.conversations import Conversation
-from app.ui.screens.demo import DemoPane, DemoScreen
-from app.ui.speed import SpeedReference
-from app.ui.storage import AppDirs, write_json
-from app.ui.widgets.stats import StatsPanel, StatsView
+from tandem.engine import Origin
+from tandem.engine.stats import DrafterStats
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.conversations import Conversation
+from tandem.ui.screens.demo import DemoPane, DemoScreen
+from tandem.ui.speed import SpeedReference
+from tandem.ui.storage import AppDirs, write_json
+from tandem.ui.widgets.stats import StatsPanel, StatsView
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chat.json"
 Snap = Callable[..., bool]
@@ -115,7 +115,7 @@ def test_picker_first_run_offline(snap_compare: Snap, dirs: AppDirs, smollm2_ref
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def run_before(pilot: Pilot[None]) -> None:
-        from app.ui.screens.picker import PickerScreen
+        from tandem.ui.screens.picker import PickerScreen
 
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
         p = app.screen
@@ -129,11 +129,11 @@ def test_picker_first_run_offline(snap_compare: Snap, dirs: AppDirs, smollm2_ref
 def test_picker_catalog(snap_compare: Snap, dirs: AppDirs, monkeypatch: pytest.MonkeyPatch) -> None:
     """The built-in catalog with the default pair preselected, as on a first run with network
     (the network check is answered by a stand-in)."""
-    monkeypatch.setattr("app.ui.screens.picker.hub_reachable", lambda: (True, ""))
+    monkeypatch.setattr("tandem.ui.screens.picker.hub_reachable", lambda: (True, ""))
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def run_before(pilot: Pilot[None]) -> None:
-        from app.ui.screens.picker import PickerScreen
+        from tandem.ui.screens.picker import PickerScreen
 
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
         p = app.screen

@@ -8,21 +8,21 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import model_files
 import pytest
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from ui_helpers import FIXED, run_app, send, wait_ready
 
-from app.engine import Origin
-from app.session.pairs import PairRef
-from app.ui.app import TandemApp
-from app.ui.conversations import Conversation, ConversationStore, Turn, encode_spans
-from app.ui.settings import Settings, load_settings, save_settings
-from app.ui.storage import AppDirs
-from app.ui.widgets.chat_log import AnswerView
-from app.ui.widgets.stats import StatsPanel, render_wide
-from app.ui.widgets.thinking import ThinkingView
+import model_files
+from tandem.engine import Origin
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.conversations import Conversation, ConversationStore, Turn, encode_spans
+from tandem.ui.settings import Settings, load_settings, save_settings
+from tandem.ui.storage import AppDirs
+from tandem.ui.widgets.chat_log import AnswerView
+from tandem.ui.widgets.stats import StatsPanel, render_wide
+from tandem.ui.widgets.thinking import ThinkingView
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from app.ui.app import TandemApp
-from app.ui.screens.picker import PickerScreen
-from app.ui.settings import Settings
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.settings import Settings
 
 # Greedy decoding with a fixed K: which tokens are drafted, corrected or bonus depends on the
 # models only, so the colours are the same on every run.

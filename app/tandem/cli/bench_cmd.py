@@ -1,0 +1,286 @@
+"""`tandem bench`: target-only vs speculative decoding, per prompt and per category.
+
+Method (docs/benchmarks.md): both models load once; costs are measured directly; every prompt
+then runs `--runs` rounds of [target alone + each setting], rotating the order each round, one
+generation at a time. Speed is decode tokens/s (prefill excluded); a speedup is the median of
+per-round ratios against the target-only run of the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from tandem import __version__
+from tandem.bench.chart import speedup_chart
+from tandem.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
+from tandem.bench.report import build_report
+from tandem.bench.runner import RunRecord, run_bench
+from tandem.bench.settings import parse_drafters, parse_settings
+from tandem.cli.fetch import terminal_fetch
+from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
+from tandem.cli.process import peak_rss_bytes
+from tandem.engine import ModelPair, TandemError
+from tandem.engine.costs import mean_costs, measure_costs
+from tandem.session.choices import generation_config, load_options
+from tandem.session.pairs import DraftNeeds, resolve_pair
+from tandem.session.prompts import pair_notes, text_prompt
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure speculative vs target-only speed",
+        description="Run each prompt target-only and speculative (one or more settings), alternating, "
+        "and report speedup, acceptance, tokens per target pass, the measured costs, the speedup the "
+        "cost model predicts and the efficiency (measured / predicted), per prompt and per category.",
+    )
+    add_model_options(p)
+    add_generation_options(p, max_tokens=128)
+    p.add_argument(
+        "--prompts",
+        metavar="PATH",
+        type=Path,
+        nargs="+",
+        default=[DEFAULT_PROMPTS],
+        help='prompt files or folders: JSONL with {"category", "prompt"}, or text with one '
+        "'category: prompt' per line (default: assets/bench, six categories)",
+    )
+    p.add_argument(
+        "--category", action="append", default=[], metavar="NAME", help="only these categories (repeatable)"
+    )
+    p.add_argument("--runs", type=int, default=3, metavar="R", help="rounds per prompt (3)")
+    p.add_argument(
+        "--compare",
+        metavar="SPECS",
+        help="settings to compare, comma-separated: model, lookup, mtp (the target's own draft "
+        "heads), auto (adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
+        "(model:p=0.2). "
+        "Default: the drafting options given",
+    )
+    p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
+    p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")
+    p.add_argument("--chart", metavar="PNG", type=Path, help="draw the speedups per category as a PNG")
+    p.set_defaults(func=bench, options=bench_options)
+
+
+def bench(opts: BenchOptions) -> int:
+    if opts.runs < 1:
+        raise TandemError("--runs must be at least 1")
+    opts.choices.validate()
+    prompts = load_prompts(opts.prompts)
+    if opts.categories:
+        prompts = [p for p in prompts if p.category in opts.categories]
+        if not prompts:
+            raise TandemError(f"no prompts in the categories {', '.join(opts.categories)}")
+    drafters = parse_drafters(opts.compare, opts.choices.drafter)
+    ref = resolve_pair(opts.models, DraftNeeds.of(drafters), fetch=terminal_fetch(yes=opts.yes))
+    base = generation_config(opts.choices, ref.spec)
+    settings = parse_settings(opts.compare, base)
+    with ModelPair.load(ref.target, ref.draft, load_options(opts.choices, ref.spec)) as pair:
+        for note in pair_notes(pair, raw=opts.raw):
+            print(f"note: {note}", file=sys.stderr)
+        encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]
+        k_top = max(s.config.k_max for s in settings)
+        flat = [t for e in encoded for t in e]
+        context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
+        sizes = range(2, k_top + 2)
+        greedy = base.sampler.greedy
+        costs = measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy)
+        c = f"{costs.c:.2f}" if costs.c is not None else "n/a (no draft model)"
+        print(
+            f"costs: target step {1000 * costs.target_step_s:.1f} ms; c = {c}; lookup search "
+            f"{1000 * costs.lookup_s:.2f} ms; verify {k_top + 1} tokens = {costs.v(k_top + 1):.2f} "
+            "target steps",
+            file=sys.stderr,
+        )
+        # The costs are measured again after every quarter of the prompts and averaged: the
+        # prediction should describe the machine the runs ran on, not its first ten seconds.
+        measured = [costs]
+        checkpoints = {len(prompts) * q // 4 for q in range(1, 5)}
+
+        def progress(i: int, records: list[RunRecord]) -> None:
+            print(f"[{i + 1}/{len(prompts)}] {prompts[i].category}: done", file=sys.stderr)
+            if i + 1 in checkpoints:
+                measured.append(measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy))
+
+        records = run_bench(pair, prompts, encoded, settings, base, opts.runs, progress)
+        meta = {
+            "tandem_version": __version__,
+            "machine": {
+                "platform": platform.platform(),
+                "processor": platform.processor() or platform.machine(),
+            },
+            "target": str(pair.target.path),
+            "draft": str(pair.draft.path) if pair.draft else None,
+            "run": {
+                "max_tokens": base.max_tokens,
+                "temperature": base.sampler.temperature,
+                "runs": opts.runs,
+                "ctx": pair.target.n_ctx,
+            },
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        costs = mean_costs(measured)
+        meta["costs_measured"] = len(measured)
+        report = build_report(prompts, settings, records, costs, meta)
+    print(format_tables(report, prompts))
+    if opts.json:
+        opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"results written to {opts.json}", file=sys.stderr)
+    if opts.chart:
+        cats = list(report["categories"])
+        names = list(report["settings"])
+        title = f"tandem bench: {Path(report['target']).stem}"
+        values = [[report["categories"][cat][n]["speedup"] for n in names] for cat in cats]
+        speedup_chart(
+            opts.chart,
+            title,
+            [*cats, "overall"],
+            names,
+            [*values, [report["overall"][n]["speedup"] for n in names]],
+        )
+        print(f"chart written to {opts.chart}", file=sys.stderr)
+    return 0
+
+
+def _table(rows: list[tuple[str, ...]], right_from: int) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if c >= right_from else cell.ljust(w)
+            for c, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
+
+
+def _same(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
+    names = list(report["settings"])
+    out: list[str] = []
+    # Per prompt: the first setting in detail (speedup, acceptance, tokens per pass).
+    first = names[0]
+    rows = [
+        (
+            "#",
+            "category",
+            "target tok/s",
+            "spec tok/s",
+            "speedup",
+            "accept",
+            "tok/pass",
+            "same",
+            *[f"{n}" for n in names[1:]],
+        )
+    ]
+    for i, p in enumerate(report["prompts"], 1):
+        s = p["settings"][first]
+        rows.append(
+            (
+                str(i),
+                p["category"],
+                f"{s['baseline_tokens_per_s']:.1f}",
+                f"{s['speculative_tokens_per_s']:.1f}",
+                f"{s['speedup']:.2f}x",
+                f"{100 * s['acceptance_rate']:.0f}%",
+                f"{s['tokens_per_round']:.2f}",
+                _same(s["identical_output"]),
+                *[f"{p['settings'][n]['speedup']:.2f}x" for n in names[1:]],
+            )
+        )
+    o = report["overall"][first]
+    rows.append(
+        (
+            "all",
+            "",
+            f"{o['baseline_tokens_per_s']:.1f}",
+            f"{o['speculative_tokens_per_s']:.1f}",
+            f"{o['speedup']:.2f}x",
+            f"{100 * o['acceptance_rate']:.0f}%",
+            f"{o['tokens_per_round']:.2f}",
+            _same(o["identical_output"]),
+            *[f"{report['overall'][n]['speedup']:.2f}x" for n in names[1:]],
+        )
+    )
+    lines = _table(rows, 2)
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    out += [f"per prompt ({first} in detail; other columns: their speedups)", *lines, ""]
+    # Per category and setting: the quantities that explain the speedup.
+    rows = [
+        (
+            "category",
+            "setting",
+            "speedup",
+            "alpha",
+            "E",
+            "K",
+            "c",
+            "v(K+1)",
+            "predicted",
+            "efficiency",
+            "same",
+        )
+    ]
+    for cat, group in [*report["categories"].items(), ("overall", report["overall"])]:
+        for n in names:
+            s = group[n]
+            rows.append(
+                (
+                    cat,
+                    n,
+                    f"{s['speedup']:.2f}x",
+                    f"{s['alpha']:.2f}",
+                    f"{s['tokens_per_round']:.2f}",
+                    f"{s['mean_draft_length']:.1f}",
+                    f"{s['c']:.2f}",
+                    f"{s['v']:.2f}",
+                    f"{s['predicted_speedup']:.2f}x",
+                    f"{s['efficiency']:.2f}",
+                    _same(s["identical_output"]),
+                )
+            )
+    out += [
+        "per category (alpha: per-token acceptance; E: tokens per target pass; K: mean draft length;",
+        "c: draft step / target step; v: verify cost in target steps; predicted = E / (K*c + v))",
+        *_table(rows, 2),
+        "",
+    ]
+    avf = report.get("adaptive_vs_best_fixed") or {}
+    if avf:
+        out.append(
+            "adaptive vs the best fixed K in hindsight: ratio of speedups; in brackets the median "
+            "of paired runs (same round) and its 95% bootstrap interval:"
+        )
+        for cat, d in avf.items():
+            paired = d.get("paired", {})
+            ratios = ", ".join(
+                f"{n} {d[n]:.3f}"
+                + (
+                    f" (paired {paired[n]['median']:.3f}, {paired[n]['low']:.3f}-{paired[n]['high']:.3f})"
+                    if n in paired
+                    else ""
+                )
+                for n in d
+                if n not in ("best_fixed", "best_fixed_speedup", "paired")
+            )
+            out.append(f"  {cat}: best fixed {d['best_fixed']} {d['best_fixed_speedup']:.2f}x; {ratios}")
+        out.append("")
+    r = report["run"]
+    worst = max(report["overall"][n]["python_overhead"] for n in names)
+    out.append(
+        f"{r['max_tokens']} tokens, temperature {r['temperature']}, {r['runs']} rounds per prompt, "
+        f"context {r['ctx']}. Python outside llama_decode: {100 * worst:.1f}% of decode time "
+        f"(worst setting). c and v: the mean of {report.get('costs_measured', 1)} measurements "
+        "spread over the run."
+    )
+    return "\n".join(out)

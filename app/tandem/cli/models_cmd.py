@@ -1,0 +1,127 @@
+"""`tandem models [PATH...]`: GGUF files already on this machine and which can draft for which."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from tandem.catalog import LocalGGUF, drafts_for
+from tandem.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
+from tandem.catalog.hub_cache import hub_cache_dir
+from tandem.catalog.units import format_bytes, format_params
+from tandem.cli.options import ModelsOptions, models_options
+from tandem.engine.recurrence import describe, rollback_of, state_kind
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "models",
+        help="list GGUF files on this machine and which can draft for which",
+        description="Find GGUF models in the Hugging Face cache, LM Studio's and Ollama's model "
+        "folders and the paths you give (files or folders), read their metadata (no weights "
+        "are loaded) and show which ones can draft for which: the same tokenizer, and smaller.",
+    )
+    p.add_argument(
+        "paths", nargs="*", metavar="PATH", type=Path, help="more GGUF files or folders to look at"
+    )
+    p.add_argument("--json", action="store_true", help="print the models and their drafts as JSON")
+    p.set_defaults(func=models, options=models_options)
+
+
+def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:
+    return {
+        "path": str(m.path),
+        "source": m.source,
+        "name": m.name,
+        "architecture": m.architecture,
+        # attention / hybrid / recurrent, and how a rejected draft is undone on it
+        "state": state_kind(m.architecture),
+        "rollback": rollback_of(m.architecture),
+        "size_bytes": m.size_bytes,
+        "quantization": m.quantization,
+        "n_params": m.n_params,
+        "n_vocab": m.n_vocab,
+        "context_length": m.context_length,
+        "has_chat_template": m.has_chat_template,
+        # Multi-token-prediction blocks: > 0, it drafts for itself (--drafter mtp, or auto alone).
+        "mtp_layers": m.mtp_layers,
+        "drafts": [str(d.path) for d in drafts],
+    }
+
+
+def _drafts_cell(m: LocalGGUF, numbers: list[int]) -> str:
+    """The DRAFTS cell: "built-in" for the model's own heads, then the numbers of the others."""
+    return ", ".join([*(["built-in"] if m.mtp_layers else []), *map(str, numbers)]) or "-"
+
+
+def models(args: ModelsOptions) -> int:
+    found, skipped = scan(args.paths)
+    # Largest first: targets at the top, their drafts below.
+    found.sort(key=lambda m: (-m.n_params, -m.size_bytes, m.name))
+    drafts = {m.path: drafts_for(m, found) for m in found}
+    given = {p.expanduser().resolve() for p in args.paths}
+    problems = [
+        s for s in skipped if s.path.resolve() in given or any(g in s.path.resolve().parents for g in given)
+    ]
+    if args.json:
+        out = {
+            "models": [_json(m, drafts[m.path]) for m in found],
+            "skipped": [{"path": str(s.path), "reason": s.reason} for s in skipped],
+            "searched": {
+                "hf-cache": str(hub_cache_dir()),
+                "lm-studio": [str(d) for d in lm_studio_dirs()],
+                "ollama": [str(d) for d in ollama_dirs()],
+            },
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    for s in problems:
+        print(f"note: skipped {s.path}: {s.reason}", file=sys.stderr)
+    if not found:
+        print(
+            f"No GGUF models found (looked in {hub_cache_dir()}, LM Studio's and Ollama's folders). "
+            "Give files or folders as arguments, or download a pair with `tandem pull PAIR`."
+        )
+        return 0
+    index = {m.path: i for i, m in enumerate(found, 1)}
+    rows = [("#", "SOURCE", "NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "DRAFTS")]
+    for m in found:
+        rows.append(
+            (
+                str(index[m.path]),
+                m.source,
+                m.name,
+                m.architecture + (f" ({describe(m.architecture)})" if describe(m.architecture) else ""),
+                format_params(m.n_params),
+                m.quantization,
+                format_bytes(m.size_bytes),
+                _drafts_cell(m, [index[d.path] for d in drafts[m.path]]),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    print("\nDRAFTS: models with the same tokenizer and fewer parameters (or fewer bits), smallest first.")
+    heads = [m for m in found if m.mtp_layers]
+    if heads:
+        print(
+            "built-in: the model's own draft heads (multi-token prediction layers): it drafts for "
+            f"itself, e.g. tandem run --target {shlex.quote(str(heads[0].path))} --drafter mtp"
+        )
+    if any(state_kind(m.architecture) != "attention" for m in found):
+        print(
+            "Hybrid and recurrent models work as target and draft: llama.cpp keeps snapshots of the "
+            "state for some,\nthe others are checkpointed each drafting round (dearer: shorter drafts)."
+        )
+    runnable = [m for m in found if drafts[m.path]]
+    if runnable:
+        t = runnable[0]
+        d = drafts[t.path][0]
+        print("Try the largest pair:")
+        print(f"  tandem run --target {shlex.quote(str(t.path))} \\")
+        print(f'             --draft {shlex.quote(str(d.path))} "Hello"')
+    return 0

@@ -1,0 +1,139 @@
+"""Terminal output for the CLI: tokens coloured by origin, the legend, the stats line."""
+
+from __future__ import annotations
+
+import time
+from typing import TextIO
+
+from tandem.engine import GenerationStats, Origin, PartStats
+from tandem.engine.drafters.registry import AUTO
+from tandem.session.collect import Outcome
+
+RESET = "\x1b[0m"
+# Foreground colours that read on dark and light terminals alike.
+COLOURS = {
+    Origin.DRAFT: "\x1b[32m",  # green: the draft guessed it and the target agreed
+    Origin.TARGET: "\x1b[33m",  # yellow: the target's own token (correction)
+    Origin.BONUS: "\x1b[36m",  # cyan: the free extra token after a fully accepted run
+}
+DIM = "\x1b[2m"
+
+LABELS = {
+    Origin.DRAFT: "draft accepted",
+    Origin.TARGET: "target correction",
+    Origin.BONUS: "bonus",
+}
+
+
+def coloured(text: str, origin: Origin, enabled: bool) -> str:
+    if not enabled or not text:
+        return text
+    return f"{COLOURS[origin]}{text}{RESET}"
+
+
+class TokenWriter:
+    """Streams an answer's text, coloured by origin, as a generation's outcome grows (see
+    tandem.session.collect).
+
+    A thinking model's reasoning goes to `reasoning_out` (standard error: standard output holds
+    the answer alone, for a pipe or a file), dimmed, and the answer starts on a line of its own
+    after it; `reasoning_out` None: the reasoning is not shown.
+
+    Text is written after a round's tokens, but at most every FLUSH_S: a target-alone run makes
+    a round per token, and a write to the terminal per token would cost the engine more than a
+    token costs to compute on a GPU; text 30 ms late looks the same to a reader."""
+
+    FLUSH_S = 0.03
+
+    def __init__(self, out: TextIO, colour: bool, reasoning_out: TextIO | None = None) -> None:
+        self.out = out
+        self.reasoning_out = reasoning_out
+        self._before = {o: COLOURS[o] if colour else "" for o in Origin}
+        self._dim = {o: DIM + COLOURS[o] if colour else "" for o in Origin}
+        self._after = RESET if colour else ""
+        self._shown = 0  # tokens of the outcome written so far
+        self._written = 0.0
+        self._outcome: Outcome | None = None
+        self._reasoned = False  # some reasoning was written (the answer then starts a new line)
+        self._answered = False
+
+    def __call__(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        now = time.perf_counter()
+        if now - self._written >= self.FLUSH_S or outcome.done is not None:
+            self.flush()
+            self._written = now
+
+    def flush(self) -> None:
+        """Write out what is pending (also when a generation ends early: Ctrl+C, an error)."""
+        if self._outcome is not None:
+            tokens = self._outcome.tokens[self._shown :]
+            before, after = self._before, self._after
+            if self._answered or not any(t.reasoning for t in tokens):  # (the usual case)
+                self._answer("".join(f"{before[t.origin]}{t.text}{after}" for t in tokens if t.text))
+            else:
+                for t in tokens:
+                    if t.reasoning and self.reasoning_out is not None:
+                        self.reasoning_out.write(f"{self._dim[t.origin]}{t.reasoning}{after}")
+                        self._reasoned = True
+                    if t.text:
+                        self._answer(f"{before[t.origin]}{t.text}{after}")
+            self._shown = len(self._outcome.tokens)
+        self.out.flush()
+
+    def _answer(self, text: str) -> None:
+        if not text:
+            return
+        if not self._answered and self._reasoned and self.reasoning_out is not None:
+            self.reasoning_out.write("\n\n")  # the answer starts below the reasoning
+            self.reasoning_out.flush()
+        self._answered = True
+        self.out.write(text)
+
+    @property
+    def reasoning_open(self) -> bool:
+        """Reasoning was written and no answer followed (the run ends inside the reasoning)."""
+        return self._reasoned and not self._answered
+
+
+def _part_line(name: str, p: PartStats, mode: str) -> str:
+    line = f"{name} {p.tokens} tok, {p.tokens_per_s:.1f} tok/s"
+    if mode == "speculative":
+        line += f", acceptance {100 * p.acceptance_rate:.0f}%"
+    return line
+
+
+def legend(enabled: bool, speculative: bool) -> str:
+    if not speculative:
+        return "target only (no draft): every token is the target's"
+    parts = [coloured(f"■ {LABELS[o]}", o, enabled) for o in Origin]
+    return "  ".join(parts)
+
+
+def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
+    parts = [
+        f"{s.generated} tokens",
+        f"{s.decode_tokens_per_s:.1f} tok/s",
+        f"prefill {s.prefill_tokens} tok in {s.prefill_s:.2f}s",
+    ]
+    if s.mode == "speculative":
+        parts += [
+            f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted})",
+            f"{s.tokens_per_round:.2f} tok/pass",
+            f"K adaptive ≤{s.draft_max}, mean {s.drafted / max(1, s.rounds):.1f}"
+            if s.adaptive
+            else f"K={s.draft_max}",
+        ]
+        if s.decode_s > 0:
+            parts.append(
+                f"draft {100 * s.draft_s / s.decode_s:.0f}% / verify {100 * s.verify_s / s.decode_s:.0f}%"
+            )
+        drafted_by = [f"{d.rounds} {kind}" for kind, d in s.drafters.items() if d.rounds]
+        if s.drafter == AUTO and drafted_by:
+            parts.append("rounds drafted: " + ", ".join(drafted_by))  # who auto chose
+    if s.reasoning_tokens:
+        parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]
+    if baseline_tps:
+        parts.append(f"speedup {s.decode_tokens_per_s / baseline_tps:.2f}x")
+    parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")
+    return " · ".join(parts)

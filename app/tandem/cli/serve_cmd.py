@@ -1,0 +1,153 @@
+"""`tandem serve`: a pair behind an OpenAI-compatible HTTP API (app/server/)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+
+from tandem.cli.fetch import terminal_fetch
+from tandem.cli.options import (
+    ServeOptions,
+    add_generation_options,
+    add_model_options,
+    add_think_option,
+    serve_options,
+)
+from tandem.engine import ModelPair, TandemError
+from tandem.session.choices import load_options
+from tandem.session.drafting import drafted_by
+from tandem.session.pairs import DraftNeeds, PairRef, resolve_pair
+from tandem.session.prompts import pair_notes
+
+DEFAULT_PORT = 8080  # llama.cpp's llama-server's, which clients offer first for a local server
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a pair over an OpenAI-compatible HTTP API",
+        description="Serve speculative decoding to other tools over an OpenAI-compatible API: "
+        "POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models and "
+        "/health. Each answer also says where its tokens came from (the `tandem` field). "
+        "Request fields (temperature, max_tokens, stop...) override these flags per request.",
+    )
+    add_model_options(p)
+    add_generation_options(p, max_tokens=None)
+    add_think_option(p)  # the default; a request's chat_template_kwargs decide for it
+    p.add_argument("--baseline", action="store_true", help="serve the target alone (no draft)")
+    g = p.add_argument_group("server")
+    g.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)"
+    )
+    g.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0 picks a free one)"
+    )
+    g.add_argument(
+        "--api-key",
+        default=os.environ.get("TANDEM_API_KEY") or None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on /v1/ requests (default: $TANDEM_API_KEY, else none)",
+    )
+    g.add_argument(
+        "--queue",
+        type=int,
+        default=32,
+        metavar="N",
+        help="requests that may wait while one is answered; more get HTTP 429 (default: 32)",
+    )
+    g.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (a reverse proxy's; repeatable; '*' for "
+        "any). Others get HTTP 403, a guard against DNS rebinding: by default the server answers to "
+        "localhost and loopback addresses, and with --host beyond loopback also to this machine's "
+        "names and any IP address",
+    )
+    g.add_argument(
+        "--max-body",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="largest request body in MiB; larger get HTTP 413 (default: 64 bytes per token of context, "
+        "at least 4 MiB)",
+    )
+    g.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the model name clients use (default: the pair's, or the target's file name)",
+    )
+    p.set_defaults(func=serve, options=serve_options)
+
+
+def model_id(ref: PairRef) -> str:
+    return ref.name or ref.target.name.removesuffix(".gguf")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(opts: ServeOptions) -> int:
+    from tandem.server import ServeSettings
+    from tandem.server.run import bind
+    from tandem.server.run import serve as run_server
+
+    if not 0 <= opts.port <= 65535:
+        raise TandemError("the port must be between 0 and 65535")
+    if opts.queue < 0:
+        raise TandemError("the queue length must be 0 or more")
+    if opts.max_body is not None and not 0 < opts.max_body < 2**20:
+        raise TandemError("the body limit (--max-body) must be a positive number of MiB")
+    choices = opts.choices
+    choices.validate()
+    speculative = not opts.baseline
+    ref = resolve_pair(
+        opts.models,
+        DraftNeeds.of([choices.drafter], speculative=speculative),
+        fetch=terminal_fetch(yes=opts.yes),
+    )
+    sock = bind(opts.host, opts.port)  # before loading: a port in use is found at once
+    try:
+        with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
+            for note in pair_notes(pair, raw_hint=False):
+                print(f"note: {note}", file=sys.stderr)
+            name = opts.name or model_id(ref)
+            settings = ServeSettings(
+                model_id=name,
+                choices=choices,
+                speculative=speculative,
+                api_key=opts.api_key,
+                max_waiting=opts.queue,
+                spec=ref.spec,
+                host=opts.host,
+                allowed_hosts=tuple(opts.allow_host),
+                max_body=None if opts.max_body is None else int(opts.max_body * 2**20),
+            )
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+
+            def ready() -> None:
+                how = drafted_by(pair, choices.drafter, speculative=speculative)
+                print(f"tandem serve: {name} ({how}) at http://{shown}:{port}/v1", file=sys.stderr)
+                if not _loopback(opts.host) and not opts.api_key:
+                    print(
+                        "tandem serve: warning: listening beyond this machine without --api-key: anyone "
+                        "who can reach the port can use the model",
+                        file=sys.stderr,
+                    )
+                print("tandem serve: Ctrl+C stops", file=sys.stderr, flush=True)
+
+            run_server(pair, settings, sock, ready)
+    finally:
+        sock.close()
+    print("tandem serve: stopped", file=sys.stderr)
+    return 0

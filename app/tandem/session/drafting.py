@@ -1,0 +1,51 @@
+"""Who drafts for a loaded pair, in words the front-ends print: each drafter kind's own words
+(drafters/registry.py), or a mix when the drafter is auto."""
+
+from __future__ import annotations
+
+from tandem.engine import ModelPair
+from tandem.engine.config import DrafterChoice
+from tandem.engine.drafters import registry
+from tandem.engine.drafters.spec import Needs
+
+
+def drafters_used(pair: ModelPair, drafter: DrafterChoice) -> list[str]:
+    """What drafts with `drafter` on this pair, in the engine's order of preference (see
+    generation.generate): what a setting names, and for auto everything the pair has."""
+    kinds = registry.available(pair.target, pair.draft, drafter)
+    return [s.phrase(pair.target, pair.draft) for s in kinds]
+
+
+def drafted_by(pair: ModelPair, drafter: DrafterChoice, *, speculative: bool = True) -> str:
+    """'drafted by X.gguf and prompt lookup', or 'the target alone'."""
+    used = drafters_used(pair, drafter) if speculative else []
+    if not used:
+        return "the target alone"
+    return "drafted by " + (
+        " and ".join(used) if len(used) < 3 else ", ".join(used[:-1]) + " and " + used[-1]
+    )
+
+
+def no_draft_note(pair: ModelPair, drafter: DrafterChoice) -> str | None:
+    """What to tell the user when auto has no draft model to draft with: what the target
+    offers instead (its own heads, with prompt lookup), or, without them, prompt lookup alone,
+    saying why what the file has cannot be used."""
+    if drafter != registry.AUTO or pair.draft is not None:
+        return None
+    kinds = registry.available(pair.target, None)
+    own = [s for s in kinds if s.needs is not Needs.NOTHING]
+    if own:
+        return "no draft model given: drafting with " + " and ".join(s.note for s in kinds)
+    note = "no draft model given: drafting with " + " and ".join(s.note for s in kinds) + " only"
+    why = [w for s in registry.KINDS if s.unusable is not None and (w := s.unusable(pair.target))]
+    return note + (f" ({'; '.join(why)})" if why else "")
+
+
+def offered(pair: ModelPair) -> list[str]:
+    """The kinds this loaded pair can draft with (what auto ranks), by name."""
+    return [s.name for s in registry.offered(pair.target, pair.draft)]
+
+
+def drafts_itself(pair: ModelPair) -> bool:
+    """Whether the target can draft for itself (its own heads are loaded), without a draft."""
+    return any(s.needs is Needs.HEADS for s in registry.offered(pair.target, None))

@@ -1,0 +1,190 @@
+"""Which models a session uses: a catalog pair (downloaded first, with the user's consent) or
+two files on disk, resolved the same way for every front-end.
+
+A front-end describes what the user asked for as a `PairRequest` and passes in how to fetch
+missing files (`Fetch`: the CLI asks on the terminal and draws progress bars; the app has its
+own download panel). The result is a `PairRef`: the files, and the catalog entry they came
+from, whose settings then apply (choices.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tandem.engine.config import DrafterChoice
+from tandem.engine.drafters import registry
+from tandem.engine.drafters.spec import Needs
+from tandem.engine.errors import TandemError
+from tandem.session.preflight import preflight
+
+if TYPE_CHECKING:
+    from tandem.catalog.spec import ModelFile, PairSpec
+
+
+@dataclass(frozen=True)
+class PairRef:
+    """A target and (usually) a draft on disk, and the catalog pair they came from, if any. No
+    draft: the target drafts alone (its own draft heads, or prompt lookup)."""
+
+    target: Path
+    draft: Path | None
+    name: str = ""  # the catalog name, when the pair came from the catalog
+    spec: PairSpec | None = field(default=None, compare=False)  # its entry: its settings apply
+
+    @classmethod
+    def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
+        return cls(target, draft, spec.name, spec)
+
+    @property
+    def key(self) -> str:
+        """Identifies the pair in the files the app keeps (measured speeds)."""
+        draft = str(self.draft.resolve()) if self.draft is not None else ""
+        return f"{self.target.resolve()}|{draft}"
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        t = _stem(self.target)
+        if self.draft is None:
+            return t
+        d = _stem(self.draft)
+        # "SmolLM2-135M-Instruct.F16 + SmolLM2-135M-Instruct.Q4_1" -> "SmolLM2-135M-Instruct F16 + Q4_1"
+        n = 0
+        for i, (a, b) in enumerate(zip(t, d, strict=False)):
+            if a != b:
+                break
+            if a in ".-_":
+                n = i + 1
+        if n >= 8 and n < len(t) and n < len(d):
+            return f"{t[: n - 1]} {t[n:]} + {d[n:]}"
+        return f"{t} + {d}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": str(self.target), "draft": str(self.draft or ""), "name": self.name}
+
+    @classmethod
+    def from_json(cls, d: Any) -> PairRef | None:
+        """A pair the app saved (a target, and a draft unless the target drafts with its own
+        heads: ""); None for anything else. The catalog entry is looked up again by
+        `with_catalog_entry`."""
+        if not isinstance(d, dict):
+            return None
+        target, draft, name = d.get("target"), d.get("draft"), d.get("name")
+        if not (isinstance(target, str) and target and isinstance(draft, str)):
+            return None
+        return cls(Path(target), Path(draft) if draft else None, name if isinstance(name, str) else "")
+
+    def with_catalog_entry(self, catalog_path: Path | None = None) -> PairRef:
+        """The same files with their catalog entry (its settings), when the name is still in
+        the catalog; unchanged otherwise (a catalog that cannot be read costs only that)."""
+        if not self.name or self.spec is not None:
+            return self
+        from tandem.catalog import load_catalog
+
+        try:
+            spec = load_catalog(catalog_path).get(self.name)
+        except TandemError:
+            return self
+        return PairRef(self.target, self.draft, self.name, spec)
+
+
+def _stem(path: Path) -> str:
+    return path.name.removesuffix(".gguf")
+
+
+@dataclass(frozen=True)
+class PairRequest:
+    """The models a user asked for: a catalog pair by name, or a target (and draft) file."""
+
+    pair: str | None = None
+    target: Path | None = None
+    draft: Path | None = None
+    catalog: Path | None = None  # a user catalog read besides the built-in one
+
+
+# Gets the files of a catalog pair that are not on disk yet, asking the user first if the
+# front-end does; raises TandemError (or DownloadCancelled) when they will not be there.
+Fetch = Callable[["PairSpec", Sequence["ModelFile"]], None]
+
+
+@dataclass(frozen=True)
+class DraftNeeds:
+    """What a generation's drafting asks of the models, known before any is loaded."""
+
+    use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
+    need_draft: bool = False  # it cannot run without one (the model drafter)
+    need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
+
+    @classmethod
+    def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
+        """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
+        choices = set(drafters) if speculative else set()
+        needs = {need for choice in choices for need in registry.needs_of(choice)}
+        return cls(
+            use_draft=any(registry.uses_draft_model(choice) for choice in choices),
+            need_draft=Needs.DRAFT_MODEL in needs,
+            need_heads=Needs.HEADS in needs,
+        )
+
+    @classmethod
+    def of_pair(cls, ref: PairRef) -> DraftNeeds:
+        """The needs of a front-end that drafts with whatever the pair brings (the app): its
+        draft model, or without one the target's own heads."""
+        return cls(use_draft=True, need_heads=ref.draft is None)
+
+
+def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch, check: bool = True) -> PairRef:
+    """The files to load for `request`, refused with one line (before anything is loaded)
+    when they cannot draft as `needs` says (the model drafter without a draft model), or when
+    the preflight refuses them (preflight.py: unreadable files, tokenizers that differ, the
+    mtp drafter with a target that has no draft heads). `check=False` leaves the preflight to
+    the caller (the app runs it before its own load, and reports in its window)."""
+    if request.pair:
+        if request.target or request.draft:
+            raise TandemError("use either --pair NAME or --target/--draft, not both")
+        ref = _catalog_pair(request, needs, fetch)
+    else:
+        ref = _file_pair(request, needs)
+    if check:
+        preflight(ref, needs)
+    return ref
+
+
+def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
+    if request.target is None:
+        raise TandemError(
+            "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
+        )
+    if needs.need_draft and request.draft is None:
+        raise TandemError(
+            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
+            "with --drafter lookup (or run the target alone with --baseline)"
+        )
+    draft = request.draft.expanduser() if request.draft is not None and needs.use_draft else None
+    return PairRef(request.target.expanduser(), draft)
+
+
+def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:
+    from tandem.catalog import load_catalog, local_file
+
+    assert request.pair is not None
+    spec = load_catalog(request.catalog).get(request.pair)
+    if needs.need_draft and spec.draft is None:
+        raise TandemError(
+            f"pair {spec.name} has no draft model (its target drafts with its own heads): use "
+            "--drafter mtp, auto or lookup"
+        )
+    with_draft = spec.draft is not None and (needs.use_draft or needs.need_draft)
+    files = list(spec.files) if with_draft else [spec.target]
+    missing = [f for f in files if local_file(f) is None]
+    if missing:
+        fetch(spec, missing)
+    target = local_file(spec.target)
+    draft = local_file(spec.draft) if with_draft and spec.draft is not None else None
+    if target is None or (with_draft and draft is None):
+        raise TandemError(f"pair {spec.name} is still incomplete in the Hugging Face cache")
+    return PairRef.from_catalog(spec, target, draft)

@@ -1,0 +1,75 @@
+"""What is checked before a pair loads, in one place for every front-end.
+
+Loading a pair takes seconds to minutes and, in the app, first frees the pair in use; so
+whatever can be told from the files' headers is told before: each file is readable, a GGUF
+and complete; the draft's tokenizer is the target's; a target that drafts alone has its own
+draft heads and this llama.cpp build can run them; and, when the front-end asks, whether the
+pair fits in memory. Only headers are read (a few milliseconds), never the weights.
+
+The CLI and the server reach this through `resolve_pair`; the app's main load and its By-path
+tab call it directly. Each refusal is one line worded here; only the advice that ends it is
+the front-end's own (flags on the command line, the picker in the app).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tandem.engine import mtp
+from tandem.engine.compat import check_pair
+from tandem.engine.errors import TandemError
+from tandem.engine.gguf_file import GGUFInfo, read_gguf
+
+if TYPE_CHECKING:
+    from tandem.catalog.fit import FitVerdict
+    from tandem.session.pairs import DraftNeeds, PairRef
+
+# What to do instead when a target without draft heads is asked to draft alone, in each
+# front-end's terms.
+CLI_REMEDY = "use a draft model (--draft) or prompt lookup (--drafter lookup)"
+APP_REMEDY = "pick a pair with a draft model, or give a draft GGUF path"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A pair that passed the checks: its files' headers, and its fit when asked for."""
+
+    ref: PairRef
+    target: GGUFInfo
+    draft: GGUFInfo | None
+    fit: FitVerdict | None = None  # None: not asked (no context size given), or not told
+
+
+def no_heads_message(name: str, remedy: str = CLI_REMEDY) -> str:
+    """Why a target without multi-token-prediction blocks cannot draft alone."""
+    return f"{name} has no built-in draft heads (multi-token prediction layers): {remedy}"
+
+
+def preflight(
+    ref: PairRef, needs: DraftNeeds, *, n_ctx: int | None = None, remedy: str = CLI_REMEDY
+) -> Checked:
+    """Check `ref`'s files for drafting as `needs` says, before anything is loaded; raise
+    TandemError (ModelFileError, IncompatiblePairError) with one line otherwise. `n_ctx`: also
+    judge whether the pair fits in memory at that context (the verdict is the caller's to act
+    on: the app asks before loading a pair that will not fit)."""
+    target = read_gguf(ref.target)  # missing, unreadable, not a GGUF, truncated: one line each
+    draft = read_gguf(ref.draft) if ref.draft is not None else None
+    if draft is not None:
+        check_pair(target, draft)
+    if needs.need_heads:
+        if target.mtp_layers == 0:
+            raise TandemError(no_heads_message(ref.target.name, remedy))
+        if not mtp.supported():
+            raise TandemError(mtp.unsupported_message(ref.target.name))
+    fit = _fit(ref, n_ctx) if n_ctx is not None else None
+    return Checked(ref, target, draft, fit)
+
+
+def _fit(ref: PairRef, n_ctx: int) -> FitVerdict | None:
+    from tandem.catalog.fit import files_fit
+
+    try:
+        return files_fit(ref.target, ref.draft, n_ctx)
+    except (TandemError, OSError):  # a split part gone, memory not measurable: not told
+        return None

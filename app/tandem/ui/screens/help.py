@@ -1,0 +1,83 @@
+"""Help: what the colours and the numbers mean, and the keys."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tandem.engine import Origin
+from tandem.ui.colours import ORIGIN_COLOURS
+
+_G, _Y, _C = (ORIGIN_COLOURS[o] for o in (Origin.DRAFT, Origin.TARGET, Origin.BONUS))
+
+COLOURS = f"""\
+[b]The colours.[/b] A small [i]draft[/i] model (or [i]prompt lookup[/i], which copies what \
+followed the same words earlier in the conversation, or the target's own [i]draft heads[/i]) \
+guesses the next few tokens; the large [i]target[/i] model checks all the guesses in one \
+batched pass and keeps the longest run it agrees with. A [{_G}]green[/] token was guessed and \
+accepted by the target. A [{_Y}]yellow[/] token is the target's own: its correction after it \
+rejected a guess. A [{_C}]cyan[/] [i]bonus[/i] token comes free when every guess of a round was \
+accepted: the same pass already computed the next token. Every token is exactly what the target \
+alone would have produced (token for token with greedy decoding; from the very same \
+distribution when sampling): only the speed changes. Ctrl+T switches to plain reading, where \
+finished answers are shown as Markdown."""
+
+NUMBERS = """\
+[b]The numbers.[/b] [i]Speed[/i] is decode tokens per second, prompt processing (prefill) \
+excluded. [i]Speedup[/i] divides it by the target's own speed on this machine: an \
+[i]estimate[/i] from timing 9 single target steps right after loading, until the demo screen \
+(F3) has run the target alone, which replaces it with a [i]measured[/i] rate kept for this pair. \
+[i]Accepted[/i] is the share of the draft's guesses the target kept; [i]tok/pass[/i] is how many \
+tokens each forward pass of the target yielded (1.0 would be no gain); [i]K[/i] is how many \
+tokens were guessed in the last round (adaptive drafting picks 0..K max each round from \
+the acceptance and costs it measures), and [i]drafter[/i] who guessed them: the draft model, \
+prompt lookup or the target's heads, mtp (auto picks, round by round, the fastest). [i]Prefill[/i] is \
+how many prompt tokens this turn really processed: earlier turns stay in the KV caches and \
+are not processed again. The chart shows tokens per target pass, round by round."""
+
+KEYS = [
+    ("Enter", "send the message"),
+    ("Esc", "stop the answer (what was written is kept)"),
+    ("Ctrl+R", "regenerate the last answer"),
+    ("Ctrl+N / Ctrl+O", "new chat / saved chats"),
+    ("Ctrl+Y", "copy the last answer (OSC 52 clipboard)"),
+    ("Ctrl+T", "colours by origin / plain reading"),
+    ("Ctrl+G", "edit the system prompt"),
+    ("Ctrl+L", "open / fold the last answer's thinking (or click it)"),
+    ("F5", "thinking on / off for this chat (reasoning models)"),
+    ("F2", "pairs: catalog, downloads, GGUFs on disk"),
+    ("F3", "side-by-side speed demo"),
+    ("F4", "settings"),
+    ("Ctrl+P / Ctrl+Q", "command palette / quit"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close")]
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 90%;
+        max-width: 100;
+        height: 90%;
+        border: thick $primary 60%;
+        border-title-color: $text;
+        background: $surface;
+        padding: 0 2;
+    }
+    HelpScreen Static { margin: 1 0 0 0; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "Help · Esc closes"
+            yield Static(COLOURS)
+            yield Static(NUMBERS)
+            keys = "\n".join(f"[b]{k:<16}[/b] {what}" for k, what in KEYS)
+            yield Static(keys)
