@@ -13,17 +13,18 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "app"  # the source folder: module names are relative to it (tandem.engine...)
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in (ROOT / "app").rglob("*.py")}
+    return {_module_name(p): p for p in SOURCE.rglob("*.py")}
 
 
 def _type_only(tree: ast.Module) -> set[int]:
