@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 
@@ -87,17 +86,8 @@ def model_id(ref: PairRef) -> str:
     return ref.name or ref.target.name.removesuffix(".gguf")
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(opts: ServeOptions) -> int:
-    from tandem.server import ServeSettings
+    from tandem.server import ServeSettings, loopback_host
     from tandem.server.run import bind
     from tandem.server.run import serve as run_server
 
@@ -138,7 +128,7 @@ def serve(opts: ServeOptions) -> int:
             def ready() -> None:
                 how = drafted_by(pair, choices.drafter, speculative=speculative)
                 print(f"tandem serve: {name} ({how}) at http://{shown}:{port}/v1", file=sys.stderr)
-                if not _loopback(opts.host) and not opts.api_key:
+                if not loopback_host(opts.host) and not opts.api_key:
                     print(
                         "tandem serve: warning: listening beyond this machine without --api-key: anyone "
                         "who can reach the port can use the model",

@@ -26,7 +26,8 @@ from .errors import ApiError, quoted
 from .stopping import Stopping
 
 
-def _loopback_host(host: str) -> bool:
+def loopback_host(host: str) -> bool:
+    """Whether `host` (a name or an address, as given to --host) is this machine's loopback."""
     if host == "localhost":
         return True
     try:
@@ -67,7 +68,7 @@ class HostCheck:
     def __init__(self, bind_host: str, allowed: Iterable[str] = ()) -> None:
         extra = {_name_of(a) for a in allowed if a.strip()}
         self.any = "*" in extra
-        self.loopback = _loopback_host(bind_host)
+        self.loopback = loopback_host(bind_host)
         self.bind_host = bind_host
         self.names = {"localhost"} | extra
         if not self.loopback:
