@@ -25,14 +25,13 @@ from pathlib import Path
 import pytest
 
 import rpc_server
-from run_helpers import run
+from run_helpers import TINY, run
 from tandem.engine import LoadOptions, ModelPair, TandemError
 from tandem.engine.config import parse_rpc_servers
 from tandem.session.choices import Choices
 
 ROOT = Path(__file__).resolve().parents[2]
 TANDEM = [sys.executable, "-m", "tandem.cli.main"]
-TINY = LoadOptions(n_ctx=1024, n_threads=1)  # as conftest's tiny pairs are loaded
 
 
 def _rpc_supported() -> bool:
