@@ -16,6 +16,9 @@ from run_helpers import run
 from tandem.engine import GenerationError, LoadOptions, ModelPair, TandemError
 from tandem.session.choices import Choices
 
+# In the GPU lane too (gpu_lane.py): where non-finite logits really happen.
+pytestmark = pytest.mark.gpu
+
 ROOT = Path(__file__).resolve().parents[2]
 # The checked greedy path (the one a GPU takes) is forced with greedy_in_graph=False.
 CHECKED = LoadOptions(n_ctx=512, n_threads=1, greedy_in_graph=False)
@@ -48,6 +51,26 @@ def test_a_draft_s_non_finite_logits_are_a_generation_error(
             run(pair, prompt, temperature=temperature, p_min=p_min, max_tokens=8)
         # The pair stays usable: the target alone still answers.
         assert run(pair, prompt, speculative=False, max_tokens=4).stats.generated == 4
+
+
+# The backend's greedy sampler (on the GPU where the model runs there): only each row's winning
+# token and logit come back, and the logit is what is checked.
+IN_GRAPH = LoadOptions(n_ctx=512, n_threads=1, greedy_in_graph=True)
+
+
+def test_greedy_in_the_graph_checks_the_winning_logit(poisoned: Path, tiny_target: Path) -> None:
+    with ModelPair.load(poisoned, None, IN_GRAPH) as pair:
+        prompt = pair.raw_prompt("Hello there")
+        with pytest.raises(GenerationError) as err:
+            run(pair, prompt, speculative=False, max_tokens=4)
+        assert pair.target._greedy_chain is not None  # the in-graph path ran (no logits were read)
+    message = str(err.value)
+    assert f"position {len(prompt) - 1}" in message and "NaN or infinite logits" in message
+    # A poisoned draft drafting greedily in the graph: its first guess is refused the same way.
+    with ModelPair.load(tiny_target, poisoned, IN_GRAPH) as pair:
+        prompt = pair.raw_prompt("Hello there")
+        with pytest.raises(GenerationError, match="the draft"):
+            run(pair, prompt, max_tokens=8)
 
 
 def tandem_run(*args: str) -> subprocess.CompletedProcess[str]:

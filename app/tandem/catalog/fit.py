@@ -1,10 +1,12 @@
 """Will a pair fit? Both models' weights + both KV caches + runtime buffers vs device memory.
 
 Memory available for models:
-* an NVIDIA GPU (when llama.cpp was built with GPU offload): free memory from `nvidia-smi`,
-  summed over GPUs because llama.cpp spreads layers across all of them;
-* Apple Silicon (Metal): unified memory from `sysctl hw.memsize`, of which macOS lets the GPU
-  use about three quarters by default (recommendedMaxWorkingSetSize);
+* a GPU llama.cpp can use (CUDA, Metal, Vulkan, ROCm...): the free memory its backend reports
+  (engine/devices.py: CUDA asks the driver, Metal gives the working set macOS allows the GPU,
+  Vulkan reads its memory heaps), summed over GPUs because llama.cpp spreads layers across all
+  of them;
+* Apple Silicon where the backend reports nothing: unified memory from `sysctl hw.memsize`, of
+  which macOS lets the GPU use about three quarters by default (recommendedMaxWorkingSetSize);
 * otherwise system RAM that is available now (Linux MemAvailable), since models run on the CPU.
 TANDEM_MEMORY (e.g. `24G`) overrides the measurement, to plan for another machine.
 
@@ -183,9 +185,10 @@ def device_memory() -> tuple[int, str]:
 def _measure() -> tuple[int, str]:
     gpu_build = _gpu_build()
     if gpu_build:
-        nvidia = _nvidia_memory()
-        if nvidia is not None:
-            return nvidia
+        gpu = _gpu_memory()
+        if gpu is not None:
+            free, total, name = gpu
+            return free, f"{name}: {format_bytes(free)} free of {format_bytes(total)}"
         if sys.platform == "darwin" and platform.machine() == "arm64":
             total = _sysctl_memsize()
             if total:
@@ -208,33 +211,19 @@ def _gpu_build() -> bool:
         return False
 
 
+def _gpu_memory() -> tuple[int, int, str] | None:
+    """(free, total, name) of the GPUs, as llama.cpp's backends report them."""
+    from tandem.engine.devices import gpu_memory
+
+    return gpu_memory()
+
+
 def _run(cmd: list[str]) -> str | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout
-
-
-def _nvidia_memory() -> tuple[int, str] | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"])
-    if not out:
-        return None
-    gpus: list[tuple[str, int, int]] = []
-    for line in out.strip().splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        try:
-            gpus.append((fields[0], int(float(fields[1])) * 2**20, int(float(fields[2])) * 2**20))
-        except (IndexError, ValueError):
-            continue
-    if not gpus:
-        return None
-    free = sum(g[2] for g in gpus)
-    total = sum(g[1] for g in gpus)
-    names = gpus[0][0] if len(gpus) == 1 else f"{len(gpus)}× {gpus[0][0]}"
-    return free, f"{names}: {format_bytes(free)} free of {format_bytes(total)}"
 
 
 def _sysctl_memsize() -> int:

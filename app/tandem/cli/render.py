@@ -135,5 +135,7 @@ def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
         parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]
     if baseline_tps:
         parts.append(f"speedup {s.decode_tokens_per_s / baseline_tps:.2f}x")
+    if s.device:
+        parts.append(f"on {s.device}")  # where the target ran: the CPU, or which GPU
     parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")
     return " · ".join(parts)

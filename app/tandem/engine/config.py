@@ -99,8 +99,9 @@ class LoadOptions:
     max_outputs: int = DRAFT_MAX_LIMIT + 1  # most logits rows one decode may ask for (K + 1)
     use_mmap: bool = True
     flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
-    # Greedy decoding on the CPU lets llama.cpp's own greedy sampler pick each token inside its
-    # graph (LoadedModel.decode_greedy); off: the logits are read and checked, as on a GPU.
+    # Greedy decoding lets llama.cpp's backend sampler pick each token inside its graph, on the
+    # GPU where the model runs there (LoadedModel.decode_greedy: only the token and its logit,
+    # checked, come back); off: every row of logits is read and checked.
     greedy_in_graph: bool = True
     # Recurrent-state snapshots llama.cpp keeps per sequence (n_rs_seq), for the hybrid models
     # it can roll back itself (recurrence.py): a round rolls back at most K positions, so K's

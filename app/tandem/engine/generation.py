@@ -117,6 +117,7 @@ def _drive(
             adaptive=start.adaptive,
             drafter=start.drafter,
             prompt_tokens=len(prompt),
+            device=target.device_label,
         )
         if config.reasoning is None:
             stream = TokenStream(target.piece, config.stop, target.texts)

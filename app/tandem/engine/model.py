@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import hidden_rows, llama_log, rpc
+from . import devices, hidden_rows, llama_log, rpc
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -70,6 +70,7 @@ _llama_get_logits = _lib["llama_get_logits"]  # a new function object: the bindi
 _llama_get_logits.restype = ctypes.c_void_p
 _llama_get_logits.argtypes = [ctypes.c_void_p]
 _llama_get_sampled_token_ith = llama_cpp.llama_get_sampled_token_ith
+_llama_get_sampled_logits_ith = llama_cpp.llama_get_sampled_logits_ith
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -89,7 +90,7 @@ def gpu_offload_supported() -> bool:
     build with the RPC backend that is true on every machine, and a CPU-only one would then
     lose what only the CPU path does (greedy sampling inside the graph, the CPU memory fit)."""
     ensure_backend()
-    return bool(rpc.local_gpus())
+    return bool(devices.local_gpus())
 
 
 def default_threads() -> int:
@@ -125,15 +126,21 @@ class LoadedModel:
         # The devices the layers are offloaded to when some are RPC servers (rpc.py), NULL-
         # terminated for llama_model_params; None: llama.cpp's default, the local GPUs.
         self._devices: ctypes.Array[ctypes.c_void_p] | None = None
+        offload_to: list[devices.Device] = []
         if opts.rpc_servers:
-            self._devices = rpc.device_array(rpc.target_devices(opts.rpc_servers))
+            handles = rpc.target_devices(opts.rpc_servers)
+            self._devices = rpc.device_array(handles)
+            offload_to = [devices.device(h) for h in handles]
             self.notes.append(f"{role}: layers offloaded to the RPC servers {', '.join(opts.rpc_servers)}")
+        elif opts.n_gpu_layers != 0:
+            ensure_backend()
+            offload_to = devices.local_gpus()
 
-        want_gpu = opts.n_gpu_layers != 0 and (self._devices is not None or gpu_offload_supported())
+        want_gpu = opts.n_gpu_layers != 0 and bool(offload_to)
         self.gpu_layers = opts.n_gpu_layers if want_gpu else 0
         try:
             self._load(self.gpu_layers)
-        except ModelLoadError:
+        except ModelLoadError as exc:
             # Falling back to the CPU would load a model meant to be spread over several
             # machines on this one alone: say why it failed instead.
             if not want_gpu or self._devices is not None:
@@ -142,7 +149,9 @@ class LoadedModel:
             self.close()
             self.gpu_layers = 0
             self._load(0)
-            self.notes.append(f"{role}: could not load on the GPU, running on the CPU instead")
+            self.notes.append(f"{role}: could not load on the GPU ({exc}), running on the CPU instead")
+        # Where its layers run (the front-ends say it: the stats line, --json, the panel).
+        self.devices: list[devices.Device] = offload_to if self.gpu_layers else []
 
         # A recurrent state (recurrence.py): how many positions llama.cpp itself can roll back
         # (0: Tandem checkpoints instead).
@@ -169,6 +178,7 @@ class LoadedModel:
         # In-graph greedy not used for this model: the backend cannot run it, or logits were
         # wanted once (see _greedy_in_graph); numpy's argmax instead.
         self._greedy_refused = False
+        self._top_only = False  # the chain ends with top-k 1: one logit a row (a GPU's)
         self._chains: list[Any] = []  # the chain attached (at most one), freed after the context
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
@@ -207,7 +217,7 @@ class LoadedModel:
             # architectures it cannot roll back); they must fit in one micro-batch with the
             # position before them.
             cparams.n_rs_seq = min(opts.rs_snapshots, opts.n_batch - 1)
-        if self._may_sample_in_graph(n_gpu_layers):
+        if opts.greedy_in_graph:
             # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
             # would refuse a verify batch); only then: it makes every step a few percent slower.
             cparams.n_outputs_max_per_seq = opts.max_outputs
@@ -521,10 +531,13 @@ class LoadedModel:
     def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]:
         """Append tokens; the greedy choice (argmax) of each output row.
 
-        llama.cpp's greedy sampler computes it inside the graph when the backend takes it
-        (measured on the CPU: 15 us a step less than reading the logits and numpy's argmax,
-        which on a GPU would also copy every row of logits to the host); otherwise it comes
-        from the logits."""
+        llama.cpp's backend sampler computes it where the model runs, inside the graph (on a
+        GPU, on the device): only the token and its logit come back, 8 bytes a row instead of
+        the row of logits (4.9 MB for a 13-row verify over 152k tokens, every round). The
+        logit is checked: a row of NaN or infinity (what an fp16 overflow in the trunk gives:
+        the final norm spreads it over the whole row) is a GenerationError, as on the copied
+        path. Otherwise (LoadOptions.greedy_in_graph off, a backend that cannot run the
+        sampler, or logits wanted once: see _greedy_in_graph) the rows are read and checked."""
         if self._greedy_chain is None and not self._greedy_in_graph(True):
             logits = self.decode(tokens, outputs)
             assert logits is not None
@@ -537,18 +550,35 @@ class LoadedModel:
         self._decode(tokens, outputs, None)
         ctx = self._ctx
         n = len(tokens) if outputs == "all" else 1
-        best = [_llama_get_sampled_token_ith(ctx, 0 if outputs == "all" else -1)]
+        first = 0 if outputs == "all" else -1
+        best = [_llama_get_sampled_token_ith(ctx, first)]
         # The first getter waited for the computation (as llama_synchronize would): llama.cpp's
         # time ends here; the rest is reading. (Inlined: this runs once a token.)
         self.decode_seconds += time.perf_counter() - self._t_decode
+        tops = [_llama_get_sampled_logits_ith(ctx, first)]
         for i in range(1, n):
             best.append(_llama_get_sampled_token_ith(ctx, i))
-        if min(best) < 0:
-            raise GenerationError(f"llama.cpp's greedy sampler gave no token on the {self.role}")
+            tops.append(_llama_get_sampled_logits_ith(ctx, i))
+        for row in range(n):
+            token, top = best[row], tops[row]
+            if not top:
+                raise GenerationError(f"llama.cpp's greedy sampler gave no logit on the {self.role}")
+            # An argmax over NaNs finds no winner (-1 on CUDA): the same error as a NaN logit.
+            if token < 0 or not math.isfinite(top[0 if self._top_only else token]):
+                raise self.non_finite(len(self.cached) - n + row)
         return best
 
-    def _may_sample_in_graph(self, n_gpu_layers: int) -> bool:
-        return self.options.greedy_in_graph and n_gpu_layers == 0
+    @property
+    def device_label(self) -> str:
+        """Where the layers run: "CPU", "CUDA0 (NVIDIA H100 80GB HBM3)", "Vulkan0 (llvmpipe…)",
+        "RPC0 (host:port) + CUDA0 (…)"; "12 of 28 layers on …" when only some are offloaded."""
+        if not self.devices:
+            return "CPU"
+        where = " + ".join(d.label for d in self.devices)
+        n_layer = int(llama_cpp.llama_model_n_layer(self._model)) if self._model else 0
+        if 0 < self.gpu_layers < n_layer:
+            return f"{self.gpu_layers} of {n_layer} layers on {where}, the rest on the CPU"
+        return where
 
     def non_finite(self, position: int) -> GenerationError:
         """The error for a row of logits holding NaN or infinity at `position`."""
@@ -559,12 +589,10 @@ class LoadedModel:
         )
 
     def _greedy_in_graph(self, on: bool) -> bool:
-        """Switch llama.cpp's in-graph greedy sampler on or off; whether it is on.
+        """Switch llama.cpp's backend greedy sampler on or off; whether it is on.
 
-        Only for a model that runs on the CPU: the in-graph argmax never shows the logits, so
-        NaN or infinite ones (an fp16 overflow, the known failure of GPU backends) would go
-        unnoticed, as a silently wrong token; on the CPU the graph computes in f32. On a GPU the
-        logits are read and checked (decode_greedy).
+        The chain is greedy (the argmax: the token), then on a GPU top-k 1 (the winning logit,
+        for the check in decode_greedy): the row of logits never leaves the device.
 
         Switched off for good once logits are wanted (a sampled answer, a caller of decode):
         each switch makes llama.cpp rebuild its graphs and reallocate its compute buffers at the
@@ -575,10 +603,16 @@ class LoadedModel:
         if on == (self._greedy_chain is not None):
             return on
         if on:
-            if self._greedy_refused or not self._may_sample_in_graph(self.gpu_layers):
+            if self._greedy_refused or not self.options.greedy_in_graph:
                 return False
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            # On a GPU, top-k 1 leaves only the winning logit to copy back. On the CPU the row
+            # is in host memory already (llama.cpp hands it over whole), and the extra op
+            # would cost 2-3% of a step (SmolLM2, one thread): the winner is read from the row.
+            self._top_only = bool(self.devices)
+            if self._top_only:
+                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(1))
             if not llama_cpp.llama_set_sampler(self._ctx, 0, chain):
                 llama_cpp.llama_sampler_free(chain)  # never attached: safe to free now
                 self._greedy_refused = True

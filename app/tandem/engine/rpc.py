@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import check_rpc_server
+from .devices import fn, local_gpus
 from .errors import TandemError
 from .llama_lib import llama_cpp
 
@@ -44,34 +45,17 @@ _HELLO = 14
 _CAPS = 24
 _PROTO_MAJOR = 7
 
-_DEV_GPU = 1  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
-_DEV_IGPU = 2
-
-_lib: Any = llama_cpp._lib
 _ABORT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _lock = threading.Lock()
 _servers_in_use: list[str] = []
 _abort_guard: Any = None  # the installed callback, kept alive as long as the process
 
-
-def _fn(name: str, restype: Any, argtypes: list[Any]) -> Any:
-    f = _lib[name]  # a new function object each time: the bindings' own stay as they are
-    f.restype = restype
-    f.argtypes = argtypes
-    return f
-
-
 _p = ctypes.c_void_p
-_dev_count = _fn("ggml_backend_dev_count", ctypes.c_size_t, [])
-_dev_get = _fn("ggml_backend_dev_get", _p, [ctypes.c_size_t])
-_dev_type = _fn("ggml_backend_dev_type", ctypes.c_int, [_p])
-_dev_reg = _fn("ggml_backend_dev_backend_reg", _p, [_p])
-_reg_name = _fn("ggml_backend_reg_name", ctypes.c_char_p, [_p])
-_reg_by_name = _fn("ggml_backend_reg_by_name", _p, [ctypes.c_char_p])
-_reg_proc = _fn("ggml_backend_reg_get_proc_address", _p, [_p, ctypes.c_char_p])
-_reg_dev_count = _fn("ggml_backend_reg_dev_count", ctypes.c_size_t, [_p])
-_reg_dev_get = _fn("ggml_backend_reg_dev_get", _p, [_p, ctypes.c_size_t])
-_set_abort_callback = _fn("ggml_set_abort_callback", _p, [_ABORT_CB])
+_reg_by_name = fn("ggml_backend_reg_by_name", _p, [ctypes.c_char_p])
+_reg_proc = fn("ggml_backend_reg_get_proc_address", _p, [_p, ctypes.c_char_p])
+_reg_dev_count = fn("ggml_backend_reg_dev_count", ctypes.c_size_t, [_p])
+_reg_dev_get = fn("ggml_backend_reg_dev_get", _p, [_p, ctypes.c_size_t])
+_set_abort_callback = fn("ggml_set_abort_callback", _p, [_ABORT_CB])
 _ADD_SERVER = ctypes.CFUNCTYPE(_p, ctypes.c_char_p)
 
 
@@ -141,24 +125,7 @@ def target_devices(servers: Sequence[str]) -> list[int]:
         if not server_reg:
             raise TandemError(f"RPC server {endpoint} offers no devices")
         devices += [_reg_dev_get(server_reg, i) for i in range(_reg_dev_count(server_reg))]
-    return devices + local_gpus()
-
-
-def local_gpus() -> list[int]:
-    """This machine's GPUs as llama.cpp picks them by default: discrete GPUs, else integrated
-    ones; never an RPC device (those are only ever in the registry when registered by hand)."""
-    gpus: list[int] = []
-    igpus: list[int] = []
-    for i in range(_dev_count()):
-        dev = _dev_get(i)
-        if (_reg_name(_dev_reg(dev)) or b"") == b"RPC":
-            continue
-        kind = _dev_type(dev)
-        if kind == _DEV_GPU:
-            gpus.append(dev)
-        elif kind == _DEV_IGPU:
-            igpus.append(dev)
-    return gpus or igpus
+    return devices + [g.handle for g in local_gpus()]
 
 
 def device_array(devices: Sequence[int]) -> ctypes.Array[ctypes.c_void_p]:

@@ -76,6 +76,8 @@ class GenerationStats(KindRounds):
     draft_s: float = 0.0
     verify_s: float = 0.0
     llama_s: float = 0.0  # of decode_s, time inside llama_decode (both models)
+    # Where the target's layers ran (LoadedModel.device_label): "CPU", "CUDA0 (NVIDIA …)"...
+    device: str = ""
     stop_reason: StopReason = "max_tokens"
     # Of the above, the reasoning's share (a thinking model's; all 0 for the others): its
     # tokens, the drafts proposed and accepted in rounds that started in it, and those rounds'
@@ -247,4 +249,13 @@ class Tally:
         )
 
 
-_BASE_FIELDS = ("mode", "draft_max", "adaptive", "drafter", "prompt_tokens", "prefill_tokens", "prefill_s")
+_BASE_FIELDS = (
+    "mode",
+    "draft_max",
+    "adaptive",
+    "drafter",
+    "prompt_tokens",
+    "prefill_tokens",
+    "prefill_s",
+    "device",
+)

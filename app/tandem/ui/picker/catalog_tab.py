@@ -105,7 +105,7 @@ class CatalogTab(TabPane):
 
     # ------------------------------------------------------------------ the list
     def refresh_list(self, n_ctx: int | None) -> None:
-        """Read the catalog and judge each pair's fit (it may ask nvidia-smi): in a worker."""
+        """Read the catalog and judge each pair's fit (it may ask the GPU driver): in a worker."""
         run_in_thread(
             self, partial(self._read_catalog, n_ctx), group="picker-catalog", name="Reading the catalog"
         )

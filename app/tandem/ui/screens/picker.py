@@ -2,7 +2,7 @@
 or two files by path; then load the chosen pair.
 
 Each tab is its own widget (app/ui/picker/) with its own thread workers: reading the catalog
-and judging the fit (it may ask nvidia-smi), scanning the disk, downloading. They tell this
+and judging the fit (it may ask the GPU driver), scanning the disk, downloading. They tell this
 screen what the user picked (`PairChosen`) or what went wrong (`PickerNote`); the screen probes
 the network, writes the introduction and loads the pair. Before any weights are loaded the
 files' headers and tokenizers are checked, so an incompatible, corrupt or truncated pair is

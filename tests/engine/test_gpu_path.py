@@ -1,0 +1,174 @@
+"""What a GPU backend changes, and what must not change: run in the GPU lane (gpu_lane.py, every
+layer offloaded: Vulkan on lavapipe in CI, CUDA on a lent machine) and in the ordinary suite on
+the CPU, where the GPU-only tests skip with the lane's name.
+
+- greedy on the device: llama.cpp's backend sampler picks each token where the logits are, and
+  only the token and its logit come back; the tokens are exactly those of the copied-back path;
+- the KV cache after rejections, a cancel or a new turn holds what the engine believes (checked
+  against a fresh context), on device buffers;
+- the memory fit reads the GPU's memory from its backend; a model the GPU cannot hold falls back
+  to the CPU with a note, and the answer is the same;
+- every front-end can say where the model runs (stats.device, the CLI's stats line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpu_lane
+from run_helpers import TINY, run
+from tandem.engine import ChatMessage, LoadedModel, ModelPair
+from tandem.engine.devices import gpu_memory, local_gpus
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = [
+    "Once upon a time",
+    "def f(x): return x * x + 1",
+    "one two three four one two three four one two",
+    "The capital of France is",
+]
+COPIED = replace(TINY, greedy_in_graph=False)  # every row of logits read back and checked
+LOGIT_TOLERANCE = 0.1  # (test_cache_consistency.py: batched and one-token kernels round apart)
+
+
+def test_models_say_where_they_run(tiny_pair: ModelPair) -> None:
+    gpus = [d.label for d in local_gpus()]
+    for m in (tiny_pair.target, tiny_pair.draft):
+        assert m is not None
+        if gpus:  # every layer asked for (-1): on the GPU, named as ggml names it
+            assert [d.label for d in m.devices] == gpus and m.device_label == " + ".join(gpus)
+        else:
+            assert m.devices == [] and m.device_label == "CPU"
+    out = run(tiny_pair, tiny_pair.raw_prompt(PROMPTS[0]), max_tokens=8)
+    assert out.stats.device == tiny_pair.target.device_label
+    assert out.stats.to_dict()["device"] == tiny_pair.target.device_label
+
+
+def test_greedy_on_the_device_gives_the_copied_path_s_tokens(tiny_target: Path, tiny_draft: Path) -> None:
+    with (
+        ModelPair.load(tiny_target, tiny_draft, TINY) as device,
+        ModelPair.load(tiny_target, tiny_draft, COPIED) as copied,
+    ):
+        for text in PROMPTS:
+            prompt = device.raw_prompt(text)
+            alone = run(copied, prompt, speculative=False, max_tokens=40)
+            assert run(device, prompt, speculative=False, max_tokens=40).ids == alone.ids
+            for drafter in ("model", "lookup", "auto"):
+                for pair in (device, copied):
+                    out = run(pair, prompt, max_tokens=40, draft_max=5, drafter=drafter)
+                    assert out.ids == alone.ids, (text, drafter)
+        for m in (device.target, device.draft):
+            assert m is not None and m._greedy_chain is not None  # the backend sampler ran
+            # On a GPU the chain ends with top-k 1: one logit a row comes back, not the row.
+            assert m._top_only == bool(m.devices)
+        assert copied.target._greedy_chain is None
+
+
+def _matches_fresh(model: LoadedModel, path: Path, tokens: list[int]) -> None:
+    """Feed the last token to `model`'s cache and to a fresh context: the same logits."""
+    assert model.cached == tokens[:-1] and model.kv_pos_max() == len(model.cached) - 1
+    out = model.decode(tokens[-1:], "last")
+    assert out is not None
+    mine = np.array(out[0])
+    fresh = LoadedModel(path, replace(TINY, max_outputs=1), role="fresh")
+    try:
+        ref = fresh.decode(tokens, "last")
+        assert ref is not None
+        assert float(np.abs(mine - ref[0]).max()) < LOGIT_TOLERANCE
+        assert int(np.argmax(mine)) == int(np.argmax(ref[0]))
+    finally:
+        fresh.close()
+    model.truncate(len(tokens) - 1)
+
+
+def test_caches_match_a_fresh_context_after_rejections(
+    tiny_target: Path, tiny_draft: Path, tiny_pair: ModelPair
+) -> None:
+    prompt = tiny_pair.raw_prompt(PROMPTS[1])
+    r = run(tiny_pair, prompt, max_tokens=40, draft_max=4)
+    assert r.stats.drafted - r.stats.accepted >= 5, "expected rejected drafts"
+    history = [*prompt, *r.ids]
+    _matches_fresh(tiny_pair.target, tiny_target, history)
+    draft = tiny_pair.draft
+    assert draft is not None and history[: len(draft.cached)] == draft.cached
+    draft.decode(history[len(draft.cached) : -1], "none")
+    _matches_fresh(draft, tiny_draft, history)
+
+
+def test_a_cancel_then_the_same_answer_and_a_second_turn_reusing_the_cache(tiny_pair: ModelPair) -> None:
+    turn1 = [ChatMessage("user", "Name a colour, then explain why you like it.")]
+    p1 = tiny_pair.chat_prompt(turn1)
+    reference = run(tiny_pair, p1, max_tokens=40, draft_max=5)
+    cancel = threading.Event()
+    cut = run(tiny_pair, p1, max_tokens=40, draft_max=5, cancel=cancel, cancel_after=10)
+    assert cut.stats.stop_reason == "cancelled" and 10 <= len(cut.ids) < 40
+    assert cut.ids == reference.ids[: len(cut.ids)]
+    assert run(tiny_pair, p1, max_tokens=40, draft_max=5).ids == reference.ids
+    turn2 = [*turn1, ChatMessage("assistant", reference.text), ChatMessage("user", "And another one?")]
+    p2 = tiny_pair.chat_prompt(turn2)
+    a2 = run(tiny_pair, p2, max_tokens=24)
+    assert a2.prefill is not None and a2.prefill.prefill_tokens < len(p2) - len(p1) + 8
+    assert a2.ids == run(tiny_pair, p2, max_tokens=24, speculative=False).ids
+
+
+def test_the_fit_reads_the_gpu_s_memory(gpu_device: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tandem.catalog import fit
+
+    monkeypatch.delenv("TANDEM_MEMORY", raising=False)
+    monkeypatch.setattr(fit, "_cached", None)
+    available, description = fit.device_memory()
+    measured = gpu_memory()
+    assert measured is not None
+    free, total, name = measured
+    assert description.startswith(f"{name}: ") and " free of " in description
+    assert 0 < available <= total and abs(available - free) <= 0.05 * total
+
+
+def _tandem_json(model: Path, *flags: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--target", str(model), "--baseline"]
+    cmd += ["--threads", "1", "-n", "12", "--raw", "--json", *flags, "Once upon a time"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    result: dict[str, object] = json.loads(res.stdout)
+    result["stderr"] = res.stderr
+    return result
+
+
+@pytest.mark.gpu(cpu_fallback=True)
+def test_a_model_the_gpu_cannot_hold_runs_on_the_cpu_with_a_note(
+    gpu_device: list[str], tiny_target: Path
+) -> None:
+    if not gpu_device[0].startswith("Vulkan"):
+        pytest.skip(
+            "making a GPU refuse a model needs Vulkan's GGML_VK_FORCE_MAX_ALLOCATION_SIZE; "
+            f"{gpu_device[0]} has no such switch (a model larger than its memory would do)"
+        )
+    # Buffers of at most 64 KiB: the 12 MiB embedding table cannot be allocated on the device.
+    env = dict(os.environ, GGML_VK_FORCE_MAX_ALLOCATION_SIZE="65536")
+    fell_back = _tandem_json(tiny_target, env=env)
+    assert "could not load on the GPU" in str(fell_back["stderr"])
+    assert "running on the CPU instead" in str(fell_back["stderr"])
+    on_cpu = _tandem_json(tiny_target, "--gpu-layers", "0")
+    assert fell_back["stats"]["device"] == on_cpu["stats"]["device"] == "CPU"  # type: ignore[index]
+    assert fell_back["tokens"] == on_cpu["tokens"]
+
+
+def test_the_cli_s_stats_line_names_the_device(tiny_target: Path, tiny_draft: Path) -> None:
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--target", str(tiny_target)]
+    cmd += ["--draft", str(tiny_draft), "--threads", "1", "-n", "8", "--raw", "Hello"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    stats = res.stderr.strip().splitlines()[-1]
+    names = gpu_lane.gpu_names()
+    assert f" · on {' + '.join(names) if names else 'CPU'} · " in stats
