@@ -15,11 +15,36 @@ import pytest
 
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"  # read by huggingface_hub at import time
 
+import gpu_lane
 import model_files
 from catalogs import DISTINCT_CATALOG, TINY_CATALOG, TINY_ONLY_CATALOG, TINY_REPO, install_catalog
 from hub_server import FakeHub
 from run_helpers import TINY
 from tandem.engine import LoadOptions, ModelPair
+
+# The GPU lane (gpu_lane.py): `pytest --gpu-lane` runs the tests marked gpu on a GPU backend.
+fallback_expected = gpu_lane.fallback_expected
+gpu_device = gpu_lane.gpu_device
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    gpu_lane.add_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    gpu_lane.configure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_lane.select(config, items)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    gpu_lane.start(session)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return gpu_lane.header(config)
 
 
 @pytest.fixture(scope="session")

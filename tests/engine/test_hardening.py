@@ -112,6 +112,7 @@ words = st.sampled_from(
 prompts = st.lists(words, min_size=1, max_size=30).map(" ".join)
 
 
+@pytest.mark.gpu
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=prompts,
@@ -133,6 +134,7 @@ def test_property_greedy_speculative_equals_target_only(
     assert sum(ev.emitted for ev in spec.rounds) == s.generated
 
 
+@pytest.mark.gpu
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=prompts,
@@ -186,8 +188,9 @@ def _rss_mib() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+@pytest.mark.gpu
 def test_switching_between_greedy_and_sampling_keeps_one_greedy_sampler(tiny_pair: ModelPair) -> None:
-    """Greedy runs use llama.cpp's in-graph sampler (CPU models) until logits are wanted (a
+    """Greedy runs use llama.cpp's in-graph sampler (on the GPU too) until logits are wanted (a
     sampled run): from then on the model gives logits. Switching back and forth made llama.cpp
     rebuild its graphs each time and kept every detached sampler until the pair closed (the
     memory test below, alternating the two, grew 8-21 MiB in 180 generations). Greedy output is the

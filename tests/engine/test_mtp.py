@@ -24,6 +24,9 @@ from tandem.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, 
 from tandem.engine.draft_policy import CostModel
 from tandem.engine.mtp import MtpHead, heads_of
 
+# In the GPU lane too (gpu_lane.py): the heads' hidden rows come off the device.
+pytestmark = pytest.mark.gpu
+
 OPTIONS = LoadOptions(n_ctx=1024, n_threads=1)
 PROMPTS = [
     "Explain in detail why the sky is blue.",

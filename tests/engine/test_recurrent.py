@@ -32,6 +32,9 @@ from tandem.engine.gguf_file import read_gguf
 from tandem.engine.llama_lib import llama_cpp
 from tandem.engine.memory import kv_cache_bytes, recurrent_state_bytes
 
+# In the GPU lane too (gpu_lane.py): checkpoints copied out of device buffers, snapshots there.
+pytestmark = pytest.mark.gpu
+
 OPTIONS = LoadOptions(n_ctx=512, n_threads=1)
 
 MODELS = {

@@ -135,6 +135,7 @@ def test_greedy_through_rpc_is_the_local_run(
     assert [t.id for t in remote_alone.tokens] == [t.id for t in local_alone.tokens] == ids
 
 
+@pytest.mark.gpu
 @needs_rpc
 def test_tiny_pair_through_rpc_matches(
     server: rpc_server.RpcServer, tiny_target: Path, tiny_draft: Path, tiny_pair: ModelPair

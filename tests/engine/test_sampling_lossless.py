@@ -24,6 +24,9 @@ from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ModelPair, SamplerSettings
 
+# In the GPU lane too (gpu_lane.py): the sampling law with the target on a GPU.
+pytestmark = pytest.mark.gpu
+
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 N_TOKENS = 3
 PROMPT_TEXT = "Once upon a time"
