@@ -10,21 +10,32 @@ machine, so this script chooses them (the user never has to know CMAKE_ARGS):
 * NVIDIA: `nvcc` found and an NVIDIA GPU present -> CUDA build (a CUDA toolkit on a machine
   with no GPU, as on many CI runners, gets the CPU build: the CUDA one would be useless there).
 * Apple Silicon: Metal (llama.cpp's default there).
+* Vulkan: AMD and Intel GPUs (Linux, Windows), where LM Studio and Ollama use Vulkan too: when
+  `vulkaninfo` lists a GPU (not a CPU device such as Mesa's lavapipe) and `glslc` is there. The
+  Vulkan headers must be recent enough for this llama.cpp (VK_EXT_layer_settings); set
+  VULKAN_SDK to use other headers (the LunarG SDK, or a newer libvulkan-dev unpacked).
 * Anything else: CPU build with GGML_NATIVE=OFF and only the instruction sets /proc/cpuinfo
   lists. `-march=native` is avoided on purpose: some VMs advertise AMX but fault on it
   (SIGILL in `tilezero`), and a native build would use it.
 
-Set TANDEM_LLAMA_BUILD=cpu|cuda|metal to force a flavour, or CMAKE_ARGS to pass your own
-flags. Re-running is cheap: an existing build that
-matches is kept, and pip caches the compiled wheel.
+Set TANDEM_LLAMA_BUILD=cpu|cuda|metal|vulkan to force a flavour, or CMAKE_ARGS to pass your
+own flags. Re-running is cheap: an existing build that matches is kept, and every build is
+cached as a wheel under ~/.cache/tandem/llama-wheels (TANDEM_WHEEL_CACHE), one per flavour
+and set of flags, so a second venv of the same flavour installs in seconds (pip's own cache
+cannot tell a CPU build from a GPU one: it keys wheels by the source alone).
+
+Offline (`--offline DIR`): llama-cpp-python's sdist and every other package come from DIR, and
+the build uses the build tools already installed (scikit-build-core, cmake, ninja).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +45,9 @@ from pathlib import Path
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 ROOT = Path(__file__).resolve().parent.parent
 MARKER_NAME = "tandem-llama-build.json"
+FLAVOURS = ("cpu", "cuda", "metal", "vulkan")
+# The GPU backends' libraries in llama_cpp/lib: a build that has none of them runs on the CPU.
+GPU_LIBS = ("ggml-cuda", "ggml-metal", "ggml-vulkan")
 
 # /proc/cpuinfo flag -> ggml CMake option. AMX is deliberately absent (see module docstring).
 X86_FLAGS = {
@@ -90,9 +104,10 @@ def choose_build() -> tuple[str, list[str]]:
     """Return (flavour, cmake args) for this machine."""
     system, machine = platform.system(), platform.machine().lower()
     forced = os.environ.get("TANDEM_LLAMA_BUILD", "").lower()
-    if forced not in ("", "cpu", "cuda", "metal"):
-        say(f"TANDEM_LLAMA_BUILD must be cpu, cuda or metal, not {forced!r}")
+    if forced not in ("", *FLAVOURS):
+        say(f"TANDEM_LLAMA_BUILD must be one of {', '.join(FLAVOURS)}, not {forced!r}")
         sys.exit(2)
+    host = cpu_args() if machine in ("x86_64", "amd64") and system == "Linux" else []
     if forced == "metal" or (not forced and system == "Darwin" and machine == "arm64"):
         return "metal", ["-DGGML_METAL=on", *COMMON_ARGS]
     if forced == "cuda" or (not forced and find_nvcc() and nvidia_gpu_present()):
@@ -102,12 +117,76 @@ def choose_build() -> tuple[str, list[str]]:
         if cap:
             args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cap}")
         # The host code still must not use instructions the CPU lacks.
-        args += cpu_args() if machine in ("x86_64", "amd64") else []
-        return "cuda", args
-    if machine in ("x86_64", "amd64") and system == "Linux":
-        return "cpu", [*cpu_args(), *COMMON_ARGS]
-    # Other CPUs (aarch64 Linux, Intel macOS): llama.cpp's native detection is safe there.
-    return "cpu", COMMON_ARGS[:]
+        return "cuda", args + (cpu_args() if machine in ("x86_64", "amd64") else [])
+    if forced == "vulkan" or (not forced and vulkan_gpus()):
+        problem = vulkan_problem()
+        if problem is None:
+            return "vulkan", ["-DGGML_VULKAN=on", *vulkan_args(), *COMMON_ARGS, *host]
+        if forced:
+            say(f"cannot build for Vulkan: {problem}")
+            sys.exit(1)
+        say(f"found a Vulkan GPU ({vulkan_gpus()[0]}), but {problem}; building for the CPU instead")
+    return "cpu", [*host, *COMMON_ARGS]
+
+
+def vulkan_gpus() -> list[str]:
+    """The GPUs `vulkaninfo` lists (names), leaving out CPU devices (Mesa's lavapipe): a Vulkan
+    build would run no faster than the CPU build on those."""
+    tool = shutil.which("vulkaninfo")
+    if not tool:
+        return []
+    try:
+        out = subprocess.run(
+            [tool, "--summary"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus: list[str] = []
+    kind = ""
+    for line in out.splitlines():
+        key, _, value = (part.strip() for part in line.partition("="))
+        if key == "deviceType":
+            kind = value
+        elif key == "deviceName" and kind and kind != "PHYSICAL_DEVICE_TYPE_CPU":
+            gpus.append(value)
+    return gpus
+
+
+def vulkan_include_dir() -> Path | None:
+    """Where the Vulkan headers the build will use are: $VULKAN_SDK/include, else the system's."""
+    sdk = os.environ.get("VULKAN_SDK")
+    candidates = [Path(sdk) / "include"] if sdk else [Path("/usr/include"), Path("/usr/local/include")]
+    return next((d for d in candidates if (d / "vulkan" / "vulkan_core.h").is_file()), None)
+
+
+def vulkan_args() -> list[str]:
+    include = vulkan_include_dir()
+    return [f"-DVulkan_INCLUDE_DIR={include}"] if include is not None and os.environ.get("VULKAN_SDK") else []
+
+
+def vulkan_problem() -> str | None:
+    """Why a Vulkan build cannot work here, in one line, or None."""
+    if not shutil.which("glslc") and not (
+        os.environ.get("VULKAN_SDK") and (Path(os.environ["VULKAN_SDK"]) / "bin" / "glslc").exists()
+    ):
+        return "the shader compiler glslc is missing (Debian/Ubuntu: apt install glslc; or the Vulkan SDK)"
+    include = vulkan_include_dir()
+    if include is None:
+        where = f"in $VULKAN_SDK/include ({os.environ['VULKAN_SDK']})" if os.environ.get("VULKAN_SDK") else ""
+        return (
+            f"no Vulkan headers {where or 'in /usr/include'} (Debian/Ubuntu: apt install libvulkan-dev "
+            "spirv-headers; or the LunarG Vulkan SDK with VULKAN_SDK set)"
+        )
+    header = (include / "vulkan" / "vulkan_core.h").read_text(errors="replace")
+    if "VK_EXT_layer_settings" not in header:
+        found = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", header)
+        version = f"1.3.{found.group(1)}" if found else "unknown version"
+        return (
+            f"the Vulkan headers in {include} ({version}) are too old for this llama.cpp, which needs "
+            "VK_EXT_layer_settings: install newer ones (Debian 13's or Ubuntu 24.04's libvulkan-dev, or "
+            "the LunarG Vulkan SDK) and point VULKAN_SDK at them"
+        )
+    return None
 
 
 def cpu_args() -> list[str]:
@@ -157,7 +236,7 @@ def installed_build(py: Path) -> dict[str, object] | None:
         "import json, pathlib, llama_cpp; "
         "libs = [p.name for p in (pathlib.Path(llama_cpp.__file__).parent / 'lib').glob('*')]; "
         "print(json.dumps({'version': llama_cpp.__version__, "
-        "'gpu': any(g in n for n in libs for g in ('ggml-cuda', 'ggml-metal')), "
+        f"'gpu': any(g in n for n in libs for g in {GPU_LIBS!r}), "
         "'rpc': bool(llama_cpp.llama_supports_rpc())}))"
     )
     res = subprocess.run([str(py), "-c", probe], capture_output=True, text=True)
@@ -169,13 +248,55 @@ def installed_build(py: Path) -> dict[str, object] | None:
         return None
 
 
-def ensure_llama(py: Path, venv_dir: Path, force: bool) -> None:
+def wheel_cache() -> Path:
+    base = os.environ.get("TANDEM_WHEEL_CACHE")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tandem" / "llama-wheels"
+
+
+def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, force: bool) -> Path:
+    """The llama-cpp-python wheel built with these flags: from the cache, else built into it."""
+    wanted = [LLAMA_CPP_PYTHON, flavour, args, platform.machine()]
+    key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
+    folder = wheel_cache() / f"{flavour}-{key}"
+    found = sorted(folder.glob("llama_cpp_python-*.whl"))
+    if found and not force:
+        say(f"using the llama.cpp build cached in {folder}")
+        return found[-1]
+    say(f"building llama.cpp for {flavour}: {' '.join(args)}")
+    say("the first build compiles C++ for several minutes; it is cached for later installs")
+    part = folder.with_name(folder.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    env = dict(os.environ, CMAKE_ARGS=" ".join(args))
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    # No pip cache: it keys built wheels by the source alone, and may hand back another flavour.
+    cmd = [str(py), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(part)]
+    if offline is not None:
+        sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz"))
+        if not sdists:
+            say(f"no llama_cpp_python-*.tar.gz in {offline}: put llama-cpp-python's sdist there")
+            sys.exit(1)
+        cmd += ["--no-index", "--find-links", str(offline), "--no-build-isolation", str(sdists[-1])]
+    else:
+        cmd.append(LLAMA_CPP_PYTHON)
+    run(cmd, env=env)
+    built = sorted(part.glob("llama_cpp_python-*.whl"))
+    if not built:
+        say(f"pip built no wheel in {part}; see its output above")
+        sys.exit(1)
+    shutil.rmtree(folder, ignore_errors=True)
+    part.rename(folder)
+    return folder / built[-1].name
+
+
+def ensure_llama(py: Path, venv_dir: Path, force: bool, offline: Path | None) -> None:
     user_args = os.environ.get("CMAKE_ARGS")
     if user_args:
         flavour, args = "custom", user_args.split()
     else:
         flavour, args = choose_build()
-    wanted = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
+    wanted: dict[str, object] = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
     marker = venv_dir / MARKER_NAME
     have = installed_build(py)
     wants_rpc = RPC_ARG in args
@@ -187,27 +308,22 @@ def ensure_llama(py: Path, venv_dir: Path, force: bool) -> None:
         except ValueError:
             pass
 
-    say(f"building llama.cpp for {flavour}: {' '.join(args)}")
-    say("the first build compiles C++ for several minutes; later installs reuse pip's cache")
-    env = dict(os.environ, CMAKE_ARGS=" ".join(args))
-    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-    cmd = [str(py), "-m", "pip", "install", "--upgrade", LLAMA_CPP_PYTHON]
-    run([*cmd, "--force-reinstall", "--no-deps"] if have is not None else cmd, env=env)
+    wheel = llama_wheel(py, flavour, args, offline, force)
+    cmd = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if offline is not None:
+        cmd += ["--no-index", "--find-links", str(offline)]
+    run([*cmd, "--force-reinstall", "--no-deps", str(wheel)] if have is not None else [*cmd, str(wheel)])
     have = installed_build(py)
-    no_gpu = have is not None and flavour in ("cuda", "metal") and not have["gpu"]
-    no_rpc = have is not None and wants_rpc and not have.get("rpc")
-    if no_gpu or no_rpc:
-        # pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS: a wheel built earlier
-        # with other flags (CPU only, or before the RPC backend was built in) may have been
-        # reused. Build again without the cache.
-        say(f"the cached build has no {'GPU' if no_gpu else 'RPC'} support; rebuilding without pip's cache")
-        run([*cmd, "--force-reinstall", "--no-deps", "--no-cache-dir"], env=env)
-        have = installed_build(py)
     if have is None:
         say("llama_cpp does not import after the build; see the pip output above")
         sys.exit(1)
+    if (flavour in ("cuda", "metal", "vulkan") and not have["gpu"]) or (wants_rpc and not have.get("rpc")):
+        lacks = "the GPU backend" if not have["gpu"] else "RPC"
+        say(f"the build in {wheel.parent} lacks {lacks}: run again with --rebuild")
+        sys.exit(1)
     marker.write_text(json.dumps(wanted, indent=2))
-    say(f"llama-cpp-python {have['version']} ready (GPU offload: {have['gpu']}, RPC: {have.get('rpc')})")
+    gpu, rpc = have["gpu"], have.get("rpc")
+    say(f"llama-cpp-python {have['version']} ready ({flavour}; GPU offload: {gpu}, RPC: {rpc})")
 
 
 def main() -> None:
@@ -217,22 +333,36 @@ def main() -> None:
     parser.add_argument("--dev", action="store_true", help="also install test and lint tools")
     parser.add_argument("--venv", default=os.environ.get("TANDEM_VENV", str(ROOT / ".venv")))
     parser.add_argument("--rebuild", action="store_true", help="rebuild llama.cpp even if present")
+    parser.add_argument(
+        "--offline",
+        metavar="DIR",
+        type=Path,
+        help="no package index: llama-cpp-python's sdist and every package from DIR (wheels)",
+    )
+    parser.add_argument(
+        "--here",
+        action="store_true",
+        help="install into the Python running this script, no venv (a throwaway machine whose "
+        "Python already has the build tools and numpy: the GPU machine, scripts/device/)",
+    )
     opts = parser.parse_args()
 
     if sys.version_info < (3, 10):  # noqa: UP036 - this script runs under any python3
         say(f"Tandem needs Python 3.10 or newer; this is {platform.python_version()}")
         sys.exit(1)
-    venv_dir = Path(opts.venv)
-    py = venv_python(venv_dir)
+    venv_dir = Path(sys.prefix if opts.here else opts.venv)
+    py = Path(sys.executable) if opts.here else venv_python(venv_dir)
     if not py.exists():
         say(f"creating virtual environment in {venv_dir}")
         venv.EnvBuilder(with_pip=True).create(venv_dir)
     quiet = ["-q", "--disable-pip-version-check"]
-    run([str(py), "-m", "pip", "install", *quiet, "--upgrade", "pip"])
-    ensure_llama(py, venv_dir, opts.rebuild)
+    index = ["--no-index", "--find-links", str(opts.offline)] if opts.offline else []
+    if not opts.offline:
+        run([str(py), "-m", "pip", "install", *quiet, "--upgrade", "pip"])
+    ensure_llama(py, venv_dir, opts.rebuild, opts.offline)
     target = f"{ROOT}[dev]" if opts.dev else str(ROOT)
     say("installing Tandem" + (" with dev tools" if opts.dev else ""))
-    run([str(py), "-m", "pip", "install", *quiet, "-e", target])
+    run([str(py), "-m", "pip", "install", *quiet, *index, "-e", target])
     say("done")
 
 
