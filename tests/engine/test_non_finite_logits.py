@@ -53,8 +53,8 @@ def test_a_draft_s_non_finite_logits_are_a_generation_error(
         assert run(pair, prompt, speculative=False, max_tokens=4).stats.generated == 4
 
 
-# The backend's greedy sampler (on the GPU where the model runs there): only each row's winning
-# token and logit come back, and the logit is what is checked.
+# llama.cpp's greedy sampler in the graph (a model on the CPU): the winner's logit is checked in
+# the row llama.cpp hands over with it (before, this path had no check at all).
 IN_GRAPH = LoadOptions(n_ctx=512, n_threads=1, greedy_in_graph=True)
 
 

@@ -8,6 +8,7 @@ here: the catalog imports this module without loading the bindings.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -86,6 +87,16 @@ class GenerationConfig:
             raise TandemError(str(exc)) from exc
 
 
+FLASH_ATTN_ENV = "TANDEM_FLASH_ATTN"
+_FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+
+def flash_attn_default() -> int:
+    """llama.cpp's flash attention: auto unless $TANDEM_FLASH_ATTN says off or on (anything
+    else is auto too: a typo must not stop a model from loading)."""
+    return _FLASH_ATTN.get(os.environ.get(FLASH_ATTN_ENV, "auto").strip().lower(), -1)
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     n_ctx: int = 4096
@@ -98,10 +109,12 @@ class LoadOptions:
     n_batch: int = 256
     max_outputs: int = DRAFT_MAX_LIMIT + 1  # most logits rows one decode may ask for (K + 1)
     use_mmap: bool = True
-    flash_attn: int = -1  # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on
-    # Greedy decoding lets llama.cpp's backend sampler pick each token inside its graph, on the
-    # GPU where the model runs there (LoadedModel.decode_greedy: only the token and its logit,
-    # checked, come back); off: every row of logits is read and checked.
+    # llama.cpp's flash_attn_type: -1 auto, 0 off, 1 on. TANDEM_FLASH_ATTN=off|on|auto sets the
+    # default: a way around a driver whose flash-attention kernel misbehaves (Mesa 22.3's lavapipe
+    # corrupts memory with llama.cpp's Vulkan one: the GPU lane turns it off, tests/gpu_lane.py).
+    flash_attn: int | None = None  # None: $TANDEM_FLASH_ATTN, else auto (see flash_attn_type)
+    # Greedy decoding on the CPU lets llama.cpp's own greedy sampler pick each token inside its
+    # graph (LoadedModel.decode_greedy); off: the logits are read and checked, as on a GPU.
     greedy_in_graph: bool = True
     # Recurrent-state snapshots llama.cpp keeps per sequence (n_rs_seq), for the hybrid models
     # it can roll back itself (recurrence.py): a round rolls back at most K positions, so K's
@@ -114,6 +127,12 @@ class LoadOptions:
     # Load a target's built-in draft heads (multi-token prediction, mtp.py) when its GGUF has
     # them: one more decoder block's weights and a small context. Off: they stay on disk.
     load_mtp: bool = True
+
+    @property
+    def flash_attn_type(self) -> int:
+        """What llama.cpp is given, read when a model loads (so the variable applies to options
+        made before it was set)."""
+        return flash_attn_default() if self.flash_attn is None else self.flash_attn
 
     def validate(self) -> None:
         if self.n_ctx < MIN_CONTEXT:

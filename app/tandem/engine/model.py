@@ -178,7 +178,6 @@ class LoadedModel:
         # In-graph greedy not used for this model: the backend cannot run it, or logits were
         # wanted once (see _greedy_in_graph); numpy's argmax instead.
         self._greedy_refused = False
-        self._top_only = False  # the chain ends with top-k 1: one logit a row (a GPU's)
         self._chains: list[Any] = []  # the chain attached (at most one), freed after the context
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
@@ -217,7 +216,7 @@ class LoadedModel:
             # architectures it cannot roll back); they must fit in one micro-batch with the
             # position before them.
             cparams.n_rs_seq = min(opts.rs_snapshots, opts.n_batch - 1)
-        if opts.greedy_in_graph:
+        if self._may_sample_in_graph(n_gpu_layers):
             # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
             # would refuse a verify batch); only then: it makes every step a few percent slower.
             cparams.n_outputs_max_per_seq = opts.max_outputs
@@ -225,7 +224,7 @@ class LoadedModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        cparams.flash_attn_type = opts.flash_attn
+        cparams.flash_attn_type = opts.flash_attn_type
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             raise ModelLoadError(self._explain_failure("context", log_mark))
@@ -531,13 +530,12 @@ class LoadedModel:
     def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]:
         """Append tokens; the greedy choice (argmax) of each output row.
 
-        llama.cpp's backend sampler computes it where the model runs, inside the graph (on a
-        GPU, on the device): only the token and its logit come back, 8 bytes a row instead of
-        the row of logits (4.9 MB for a 13-row verify over 152k tokens, every round). The
-        logit is checked: a row of NaN or infinity (what an fp16 overflow in the trunk gives:
-        the final norm spreads it over the whole row) is a GenerationError, as on the copied
-        path. Otherwise (LoadOptions.greedy_in_graph off, a backend that cannot run the
-        sampler, or logits wanted once: see _greedy_in_graph) the rows are read and checked."""
+        On the CPU llama.cpp's greedy sampler picks it inside the graph (measured: 15 us a step
+        less than reading the logits and numpy's argmax), and the winner's logit is checked in
+        the row llama.cpp hands over with it. On a GPU the rows are read back and checked: its
+        backend sampler (an argmax and a top-k per row, as graph nodes) cost more than the copy
+        it saves (H200, 8B shape: a 9-token verify 10.0 ms on the device, 8.7 ms copied;
+        docs/benchmarks.md). Either way a NaN or infinite winner is a GenerationError."""
         if self._greedy_chain is None and not self._greedy_in_graph(True):
             logits = self.decode(tokens, outputs)
             assert logits is not None
@@ -562,11 +560,14 @@ class LoadedModel:
         for row in range(n):
             token, top = best[row], tops[row]
             if not top:
-                raise GenerationError(f"llama.cpp's greedy sampler gave no logit on the {self.role}")
-            # An argmax over NaNs finds no winner (-1 on CUDA): the same error as a NaN logit.
-            if token < 0 or not math.isfinite(top[0 if self._top_only else token]):
+                raise GenerationError(f"llama.cpp's greedy sampler gave no logits on the {self.role}")
+            # (The row's winner: an argmax skips NaN, so a NaN row's first entry comes back.)
+            if token < 0 or not math.isfinite(top[token]):
                 raise self.non_finite(len(self.cached) - n + row)
         return best
+
+    def _may_sample_in_graph(self, n_gpu_layers: int) -> bool:
+        return self.options.greedy_in_graph and n_gpu_layers == 0
 
     @property
     def device_label(self) -> str:
@@ -589,10 +590,10 @@ class LoadedModel:
         )
 
     def _greedy_in_graph(self, on: bool) -> bool:
-        """Switch llama.cpp's backend greedy sampler on or off; whether it is on.
+        """Switch llama.cpp's in-graph greedy sampler on or off; whether it is on.
 
-        The chain is greedy (the argmax: the token), then on a GPU top-k 1 (the winning logit,
-        for the check in decode_greedy): the row of logits never leaves the device.
+        Only for a model on the CPU (see decode_greedy; on Mesa's lavapipe, attaching or
+        detaching a sampler after a context has decoded also crashed the driver).
 
         Switched off for good once logits are wanted (a sampled answer, a caller of decode):
         each switch makes llama.cpp rebuild its graphs and reallocate its compute buffers at the
@@ -603,16 +604,10 @@ class LoadedModel:
         if on == (self._greedy_chain is not None):
             return on
         if on:
-            if self._greedy_refused or not self.options.greedy_in_graph:
+            if self._greedy_refused or not self._may_sample_in_graph(self.gpu_layers):
                 return False
             chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
             llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
-            # On a GPU, top-k 1 leaves only the winning logit to copy back. On the CPU the row
-            # is in host memory already (llama.cpp hands it over whole), and the extra op
-            # would cost 2-3% of a step (SmolLM2, one thread): the winner is read from the row.
-            self._top_only = bool(self.devices)
-            if self._top_only:
-                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(1))
             if not llama_cpp.llama_set_sampler(self._ctx, 0, chain):
                 llama_cpp.llama_sampler_free(chain)  # never attached: safe to free now
                 self._greedy_refused = True

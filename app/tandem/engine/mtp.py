@@ -114,7 +114,7 @@ class MtpHead:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
-        cparams.flash_attn_type = target.options.flash_attn
+        cparams.flash_attn_type = target.options.flash_attn_type
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not create a context for {target.path.name}'s draft heads")
