@@ -82,7 +82,7 @@ MTP_ONLY_CATALOG = 'include_builtin = false\ndefault = "tiny-mtp"\n' + MTP_CATAL
 
 def mtp_target() -> Path:
     """The tiny Qwen3.5 with its own draft heads (the engine's tests use the same file)."""
-    return model_files.tiny_mtp_model("qwen35-mtp", seed=7)
+    return model_files.tiny_mtp_model("qwen35-mtp-s16", seed=7)
 
 
 def no_heads_target() -> Path:

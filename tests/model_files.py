@@ -408,7 +408,10 @@ class QwenShape:
     n_head: int = 4
     n_head_kv: int = 2
     head_dim: int = 8
-    d_state: int = 8  # the gated delta net's head size (keys and values)
+    # The gated delta net's head size (keys and values): 16, 32, 64 or 128, the sizes llama.cpp's
+    # GPU kernels have (CUDA aborts on another: gated_delta_net.cu, "fatal error"; Vulkan runs
+    # the op on the CPU); Qwen3.5's is 128.
+    d_state: int = 16
     n_group: int = 2  # its key heads
     dt_rank: int = 4  # its value heads
     n_vocab: int = 0  # 0: SmolLM2's 49152; more: padded with unused tokens (a real LM head's size)
@@ -580,13 +583,18 @@ LLAMA_SHAPES = {
 _Q4_K, _Q6_K = 12, 14  # ggml_type ids; block bytes per 256 weights: 144 and 210
 
 
-def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: int) -> np.ndarray:
+def _random_blocks(
+    rng: np.random.Generator, rows: int, cols: int, qtype: int, scale: float = 2e-5
+) -> np.ndarray:
     """Random quantized blocks whose scales are small and finite (random bytes would put NaN
-    and inf in the f16 scales): the speed of a real model of this type, nonsense weights."""
+    and inf in the f16 scales): the speed of a real model of this type, nonsense weights.
+    Random 4-bit values have a mean of 7.5, not 0, so every weight leans one way: with larger
+    scales the residual stream of an 8B shape grew past what CUDA's f16 activation scales hold
+    (NaN logits at 2e-4; Tandem's check caught them)."""
     blocks = rows * cols // 256
     size = 144 if qtype == _Q4_K else 210
     data = np.frombuffer(rng.bytes(blocks * size), dtype=np.uint8).reshape(blocks, size).copy()
-    scale = np.full((blocks, 1), 2e-4, dtype=np.float16).view(np.uint8)  # 2 bytes each
+    scale = np.full((blocks, 1), scale, dtype=np.float16).view(np.uint8)  # 2 bytes each
     if qtype == _Q4_K:  # d and dmin first
         data[:, 0:2] = scale
         data[:, 2:4] = scale
@@ -620,13 +628,13 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), "llama")
 
-    def quant(key: str, rows: int, cols: int, qtype: int = _Q4_K) -> None:
-        blocks = _random_blocks(rng, rows, cols, qtype)
+    def quant(key: str, rows: int, cols: int, qtype: int = _Q4_K, scale: float = 2e-5) -> None:
+        blocks = _random_blocks(rng, rows, cols, qtype, scale)
         writer.add_tensor(key, blocks, raw_dtype=gguf.GGMLQuantizationType(qtype))
 
-    quant("token_embd.weight", v, e)
+    quant("token_embd.weight", v, e, scale=1e-3)
     if not shape.tied:
-        quant("output.weight", v, e, _Q6_K)
+        quant("output.weight", v, e, _Q6_K, scale=1e-3)
     writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
     for i in range(shape.n_layer):
         p = f"blk.{i}."
@@ -635,10 +643,10 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
         quant(p + "attn_q.weight", e, e)
         quant(p + "attn_k.weight", kv, e)
         quant(p + "attn_v.weight", kv, e, _Q6_K)  # (Q4_K_M keeps V at 6 bits)
-        quant(p + "attn_output.weight", e, e)
+        quant(p + "attn_output.weight", e, e, scale=2e-6)  # layers add little to the residual
         quant(p + "ffn_gate.weight", f, e)
         quant(p + "ffn_up.weight", f, e)
-        quant(p + "ffn_down.weight", e, f)
+        quant(p + "ffn_down.weight", e, f, scale=2e-6)
     writer.add_name(f"shaped-{name}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     writer.add_context_length(131072)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from run_helpers import run
+from run_helpers import assert_same_greedy, run
 from tandem.engine import ChatMessage, ContextOverflowError, ModelPair, SamplerSettings
 from tandem.engine.sampling import distribution
 
@@ -127,8 +127,8 @@ def test_property_greedy_speculative_equals_target_only(
     prompt = tiny_pair.raw_prompt(text)
     base = run(tiny_pair, prompt, speculative=False, max_tokens=max_tokens)
     spec = run(tiny_pair, prompt, max_tokens=max_tokens, draft_max=k, adaptive=adaptive, drafter=drafter)
-    assert spec.ids == base.ids
-    assert spec.text == base.text
+    assert_same_greedy(tiny_pair, prompt, spec.ids, base.ids)
+    assert spec.text == base.text or spec.ids != base.ids
     s = spec.stats
     assert s.accepted <= s.drafted and s.generated == len(spec.ids) <= max_tokens
     assert sum(ev.emitted for ev in spec.rounds) == s.generated

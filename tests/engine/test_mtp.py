@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import model_files
-from run_helpers import run
+from run_helpers import assert_same_greedy, logit_tolerance, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, TandemError
 from tandem.engine.draft_policy import CostModel
@@ -37,7 +37,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def mtp_path() -> Path:
-    return model_files.tiny_mtp_model("qwen35-mtp", seed=7)
+    return model_files.tiny_mtp_model("qwen35-mtp-s16", seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,8 @@ def test_greedy_drafting_with_the_heads_is_exactly_the_target(
         ref = run(alone, prompt, speculative=False, max_tokens=96)
         spent = pair.target.decode_seconds + _head(pair).decode_seconds
         out = run(pair, prompt, drafter="mtp", draft_max=k, max_tokens=96)
-        assert out.ids == ref.ids and out.text == ref.text
+        assert_same_greedy(pair, prompt, out.ids, ref.ids)
+        assert out.text == ref.text or out.ids != ref.ids
         # Time inside llama.cpp counts the heads' decodes too (not Python overhead); prefill
         # aside, every decode of both falls within the rounds.
         inside = pair.target.decode_seconds + _head(pair).decode_seconds - spent
@@ -99,7 +100,7 @@ def test_adaptive_k_drafts_with_the_heads_and_learns_their_cost(pair: ModelPair,
         prompt = _chat(pair, text)
         ref = run(alone, prompt, speculative=False, max_tokens=128)
         out = run(pair, prompt, drafter="auto", adaptive=True, draft_max=8, max_tokens=128, costs=costs)
-        assert out.ids == ref.ids
+        assert_same_greedy(pair, prompt, out.ids, ref.ids)
         assert out.start is not None and out.start.drafter == "auto"
     heads = costs.of("mtp")
     assert heads.first.known and heads.step.known  # one head step per draft token, measured
@@ -118,7 +119,7 @@ def test_a_chat_goes_on_turn_after_turn(pair: ModelPair, alone: ModelPair) -> No
         prompt = pair.chat_prompt(messages)
         ref = run(alone, prompt, speculative=False, max_tokens=48)
         out = run(pair, prompt, drafter="mtp", draft_max=4, max_tokens=48)
-        assert out.ids == ref.ids
+        assert_same_greedy(pair, prompt, out.ids, ref.ids)
         assert out.prefill is not None
         if before:
             assert out.prefill.prefill_tokens <= len(prompt) - len(before) + 1
@@ -139,7 +140,7 @@ def test_the_target_alone_in_between_costs_the_heads_nothing_but_a_re_read(
     assert not _head(pair).following
     longer = prompt + ref.ids[:20]
     out = run(pair, longer, drafter="mtp", max_tokens=30)
-    assert out.ids == run(alone, longer, speculative=False, max_tokens=30).ids
+    assert_same_greedy(pair, longer, out.ids, run(alone, longer, speculative=False, max_tokens=30).ids)
     assert sum(r.accepted for r in out.rounds) > 0
 
 
@@ -173,7 +174,7 @@ def test_cancel_while_the_heads_draft(pair: ModelPair, alone: ModelPair) -> None
         del head.next_step
     assert out.stats.stop_reason == "cancelled"
     ref = run(alone, prompt, speculative=False, max_tokens=30)
-    assert run(pair, prompt, drafter="mtp", max_tokens=30).ids == ref.ids
+    assert_same_greedy(pair, prompt, run(pair, prompt, drafter="mtp", max_tokens=30).ids, ref.ids)
 
 
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
@@ -202,7 +203,8 @@ def test_auto_uses_the_heads_and_a_draft_model_side_by_side(mtp_path: Path, alon
         for text in PROMPTS:
             prompt = _chat(both, text)
             out = run(both, prompt, drafter="auto", adaptive=True, max_tokens=96, costs=costs)
-            assert out.ids == run(alone, prompt, speculative=False, max_tokens=96).ids
+            ref = run(alone, prompt, speculative=False, max_tokens=96)
+            assert_same_greedy(both, prompt, out.ids, ref.ids)
             kinds.update(r.drafter for r in out.rounds if r.drafted)
     assert kinds["mtp"] > 0 and kinds["model"] > 0  # each measured, then the faster preferred
     assert costs.of("mtp").first.known and costs.of("model").first.known
@@ -233,4 +235,4 @@ def _assert_heads_match_fresh(pair: ModelPair, history: list[int]) -> None:
         other.set_following(True)
         fresh.target.decode(history[:-1], "none")
         theirs = np.array(other.first_step(history)[0])
-    assert np.allclose(mine, theirs, atol=2e-3)
+    assert np.allclose(mine, theirs, atol=logit_tolerance(target, 2e-3))  # (a GPU rounds batches apart)
