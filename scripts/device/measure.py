@@ -151,7 +151,7 @@ def llama_spec(llama_bin: Path, target: Path, draft: Path, k: int, tokens: int, 
     """One run of llama.cpp's llama-speculative-simple, greedy, K fixed (p-min 0)."""
     cmd = [
         str(llama_bin / "llama-speculative-simple"),
-        "-m", str(target), "-md", str(draft),
+        "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
         "-ngl", "99", "-ngld", "99", "-c", str(ctx), "-n", str(tokens),
         "--temp", "0", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
         "-p", PROMPT,
@@ -186,7 +186,10 @@ def versus(
             for _ in range(reps):
                 tandem += tandem_runs(pair, [k], tokens, 1)[f"K{k}"]
                 if llama_bin is not None:
-                    llama.append(llama_spec(llama_bin, target, draft, k, tokens, ctx))
+                    try:
+                        llama.append(llama_spec(llama_bin, target, draft, k, tokens, ctx))
+                    except RuntimeError as exc:  # recorded; Tandem's rows stay
+                        out.setdefault("llama.cpp errors", []).append(str(exc)[-600:])
             out["tandem"][f"K{k}"] = tandem
             if llama:
                 out["llama.cpp"][f"K{k}"] = llama
@@ -228,6 +231,7 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting steps after this")
     ap.add_argument("--llama-bin", type=Path, help="llama.cpp's tools (llama-speculative-simple)")
+    ap.add_argument("--skip", default="", help="steps to leave out: costs, mechanics, versus, memory")
     args = ap.parse_args()
 
     import model_files
@@ -255,18 +259,26 @@ def main() -> int:
     if files is None:
         return 1
     target, draft = Path(files["target"]["path"]), Path(files["draft"]["path"])
-    rec.step("costs", lambda: costs(target, draft, args.ctx), needs_s=30)
-    rec.step(
-        "mechanics: target drafting for itself",
-        lambda: versus(target, target, [8], args.tokens, args.reps, args.ctx, llama_bin),
-        needs_s=60,
-    )
-    rec.step(
-        "target + draft",
-        lambda: versus(target, draft, [4, 8, 16], args.tokens, 1, args.ctx, llama_bin),
-        needs_s=60,
-    )
-    rec.step("memory at 8k", lambda: memory(target, draft, 8192), needs_s=20)
+    skip = set(args.skip.split(",")) if args.skip else set()
+    steps: list[tuple[str, str, Callable[[], Any], float]] = [
+        ("costs", "costs", lambda: costs(target, draft, args.ctx), 30),
+        (
+            "mechanics",
+            "mechanics: target drafting for itself",
+            lambda: versus(target, target, [8], args.tokens, args.reps, args.ctx, llama_bin),
+            60,
+        ),
+        (
+            "versus",
+            "target + draft",
+            lambda: versus(target, draft, [4, 8, 16], args.tokens, 1, args.ctx, llama_bin),
+            60,
+        ),
+        ("memory", "memory at 8k", lambda: memory(target, draft, 8192), 20),
+    ]
+    for key, name, fn, needs in steps:
+        if key not in skip:
+            rec.step(name, fn, needs_s=needs)
     rec.data["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     rec.save()
     return 0
