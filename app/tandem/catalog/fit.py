@@ -88,15 +88,29 @@ def _model_bytes(path: Path, info: GGUFInfo) -> int:
     return total
 
 
+def _host_only_bytes(info: GGUFInfo) -> int:
+    """Weights llama.cpp keeps in host memory when every layer is on a GPU: the input
+    embedding table ("very little benefit to offloading the input layer", llama-model.cpp),
+    unless the output head is the same table (tied: then a copy goes to the GPU as the head)."""
+    names = {t.name: t for t in info.tensors}
+    embedding = names.get("token_embd.weight")
+    if embedding is None or "output.weight" not in names:
+        return 0
+    return embedding.n_bytes or 0
+
+
 def files_fit(target: Path, draft: Path | None, n_ctx: int) -> FitVerdict:
-    """Fit of GGUF files on disk (exact KV sizes from their metadata)."""
+    """Fit of GGUF files on disk (exact KV sizes from their metadata). Against a GPU's memory,
+    what stays in host memory is not counted (measured on an H200: 8B + 1B shapes at 8k, the
+    estimate 8.7% over what nvidia-smi showed in use, 13% while the embedding was counted)."""
     need = 0
     weights = 0
+    gpu = _gpu_build()
     for path in (target, draft):
         if path is None:
             continue
         info = read_gguf(path, check_data=False)
-        size = _model_bytes(Path(path), info)
+        size = _model_bytes(Path(path), info) - (_host_only_bytes(info) if gpu else 0)
         weights += size
         need += size + kv_cache_bytes(info, n_ctx)
     available, device = device_memory()
