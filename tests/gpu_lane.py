@@ -35,11 +35,19 @@ def add_option(parser: pytest.Parser) -> None:
 def configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "gpu(cpu_fallback=False): in the GPU lane (pytest --gpu-lane): the engine on a GPU backend; "
-        "cpu_fallback: the test makes a model fall back to the CPU on purpose",
+        "gpu(cpu_fallback=False, heavy=False): in the GPU lane (pytest --gpu-lane): the engine on a GPU "
+        "backend; cpu_fallback: the test makes a model fall back to the CPU on purpose; heavy: "
+        "thousands of generations, skipped on lavapipe",
     )
     if config.getoption(OPTION):
         os.environ["TANDEM_GPU_LANE"] = "1"  # for the processes tests start (tandem run, serve)
+
+
+HEAVY_ON_LAVAPIPE = (
+    "thousands of generations: hours on lavapipe, where a step of the tiny models takes ~0.2 s "
+    "(test_gpu_path.py's compact tests take the same GPU paths there); this test runs in the lane "
+    "on a real GPU (scripts/device/run.sh: an H200) and in the ordinary suite on the CPU"
+)
 
 
 def select(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -50,6 +58,11 @@ def select(config: pytest.Config, items: list[pytest.Item]) -> None:
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
+    if slow_device():
+        for item in keep:
+            marker = item.get_closest_marker("gpu")
+            if marker is not None and marker.kwargs.get("heavy"):
+                item.add_marker(pytest.mark.skip(reason=HEAVY_ON_LAVAPIPE))
 
 
 def gpu_names() -> list[str]:

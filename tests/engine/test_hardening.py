@@ -112,7 +112,7 @@ words = st.sampled_from(
 prompts = st.lists(words, min_size=1, max_size=30).map(" ".join)
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(heavy=True)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=prompts,
@@ -134,7 +134,7 @@ def test_property_greedy_speculative_equals_target_only(
     assert sum(ev.emitted for ev in spec.rounds) == s.generated
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(heavy=True)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=prompts,

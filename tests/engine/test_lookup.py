@@ -143,7 +143,7 @@ def test_caches_consistent_after_mixed_drafters(smollm2_pair: ModelPair, smollm2
     assert "lookup" in kinds
 
 
-@pytest.mark.gpu
+@pytest.mark.gpu(heavy=True)
 @pytest.mark.parametrize("drafter", ["lookup", "auto"])
 def test_lookup_sampling_matches_target_distribution(sampling_pair: ModelPair, drafter: str) -> None:
     """Rejection sampling with lookup's one-hot q: the joint law of 3 tokens is the target's.

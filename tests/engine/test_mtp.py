@@ -25,7 +25,7 @@ from tandem.engine.draft_policy import CostModel
 from tandem.engine.mtp import MtpHead, heads_of
 
 # In the GPU lane too (gpu_lane.py): the heads' hidden rows come off the device.
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)
 
 OPTIONS = LoadOptions(n_ctx=1024, n_threads=1)
 PROMPTS = [

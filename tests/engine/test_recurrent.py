@@ -33,7 +33,7 @@ from tandem.engine.llama_lib import llama_cpp
 from tandem.engine.memory import kv_cache_bytes, recurrent_state_bytes
 
 # In the GPU lane too (gpu_lane.py): checkpoints copied out of device buffers, snapshots there.
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)
 
 OPTIONS = LoadOptions(n_ctx=512, n_threads=1)
 

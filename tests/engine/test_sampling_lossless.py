@@ -25,7 +25,7 @@ from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ModelPair, SamplerSettings
 
 # In the GPU lane too (gpu_lane.py): the sampling law with the target on a GPU.
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)
 
 SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
 N_TOKENS = 3

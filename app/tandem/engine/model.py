@@ -145,11 +145,15 @@ class LoadedModel:
             # machines on this one alone: say why it failed instead.
             if not want_gpu or self._devices is not None:
                 raise
-            # Not enough GPU memory (or a driver problem): fall back to the CPU, and say so.
+            # Not enough GPU memory (or a driver problem): fall back to the CPU, and say so. With
+            # no devices at all: with 0 layers llama.cpp would still put its compute buffers on
+            # the GPU that just failed (measured on Vulkan: the retry failed the same way).
             self.close()
             self.gpu_layers = 0
+            self._devices = rpc.device_array([])
             self._load(0)
-            self.notes.append(f"{role}: could not load on the GPU ({exc}), running on the CPU instead")
+            reason = str(exc).split(". ")[0]  # (its advice is for the GPU that failed)
+            self.notes.append(f"{role}: could not load on the GPU ({reason}); running on the CPU instead")
         # Where its layers run (the front-ends say it: the stats line, --json, the panel).
         self.devices: list[devices.Device] = offload_to if self.gpu_layers else []
 
