@@ -191,7 +191,9 @@ def tiny_model(
     With base_seed, the weights are those of the base_seed model plus `noise` times fresh
     random weights: a draft that agrees with that model part of the time.
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
-    tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
+    tokenizer another than SmolLM2's: such a model drafts for it across tokenizers);
+    "word-level" labels the vocabulary WordPiece (BERT's), which cannot round-trip text: it
+    cannot draft for SmolLM2 at all. arch: written as general.architecture as is.
     chat_template=False: no `tokenizer.chat_template` (a base model); a string: that template
     instead of SmolLM2's (a real thinking model's, from tests/fixtures/templates).
     poison: a value (NaN, inf) written into the output norm, so that every logit is not finite
@@ -255,7 +257,17 @@ def tiny_model(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
-    return _finish_tiny(writer, part, out, tok, tokens, types, tensors, chat_template=chat_template)
+    return _finish_tiny(
+        writer,
+        part,
+        out,
+        tok,
+        tokens,
+        types,
+        tensors,
+        chat_template=chat_template,
+        tokenizer_model="bert" if vocab_edit == "word-level" else "gpt2",
+    )
 
 
 def _finish_tiny(
@@ -269,6 +281,7 @@ def _finish_tiny(
     *,
     chat_template: bool | str = True,
     f16: bool = False,
+    tokenizer_model: str = "gpt2",
 ) -> Path:
     """The part every tiny model shares: F32 (or F16 matrices: `f16`), SmolLM2's tokenizer (so
     tiny models pair with each other and with SmolLM2), the tensors; written, then moved into
@@ -277,7 +290,7 @@ def _finish_tiny(
 
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
     writer.add_token_types(types)

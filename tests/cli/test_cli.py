@@ -139,7 +139,7 @@ def test_bad_input_is_one_line_and_nonzero(
         draft = str(model_files.truncated_copy(smollm2_q4_1, tmp_path / "cut.gguf", 0.5))
         expect = "truncated"
     elif case == "incompatible":
-        draft = str(model_files.tiny_model("swapped-vocab", seed=3, vocab_edit="swap"))
+        draft = str(model_files.tiny_model("word-level-vocab", seed=3, vocab_edit="word-level"))
         expect = "cannot draft for"
     elif case == "no-draft":
         extra, expect = ["--drafter", "model"], "needs a draft model"

@@ -60,8 +60,12 @@ def encode_exact(encode: Encode, piece: Piece, text: bytes) -> tuple[list[int], 
     """`text` (whole characters) as tokens, each token's end offset in `text`, and how many
     bytes the tokenizer put before the text (a SentencePiece dummy-prefix space: offsets are
     counted after them, so the first token may end past 0 yet start before it). None when
-    the tokens do not spell the text exactly (the tokenizer changed it: <unk>, normalisation)."""
-    tokens = encode(text.decode("utf-8"))
+    the tokens do not spell the text exactly (the tokenizer changed it: <unk>, normalisation),
+    or the text is not whole characters."""
+    try:
+        tokens = encode(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
     pieces = [piece(t) for t in tokens]
     spelled = b"".join(pieces)
     junk = len(spelled) - len(text)

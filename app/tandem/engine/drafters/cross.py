@@ -72,7 +72,7 @@ class CrossDrafter:
         p_min: float,
         cancel: threading.Event | None,
         *,
-        shared_q: bool = SHARED_Q,
+        shared_q: bool = False,
     ) -> None:
         self.target = target
         self.model = draft  # the draft model
@@ -371,7 +371,10 @@ class _MaskedDrafter(ModelDrafter):
 def _build(ctx: BuildContext) -> Drafter | None:
     if ctx.draft is None or not ctx.draft.foreign_tokenizer:
         return None
-    return CrossDrafter(ctx.target, ctx.draft, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
+    config = ctx.config
+    return CrossDrafter(
+        ctx.target, ctx.draft, config.sampler, ctx.rng, config.p_min, ctx.cancel, shared_q=SHARED_Q
+    )
 
 
 def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
