@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Drafting across tokenizers (engine/drafters/cross.py), measured on this machine.
+
+Both directions of the two real test GGUFs (tests/model_files.py: Gemma 3 270M Q4_K_M, the
+SentencePiece 262k vocabulary; SmolLM2-135M-Instruct Q4_1, byte-level BPE 49k), one llama.cpp
+thread, the settings alternated prompt by prompt in one run (this machine is shared and noisy):
+
+    target alone   the baseline
+    lookup         prompt lookup (the drafter every pair has)
+    cross K=4      the cross-tokenizer draft, greedy, 4 target tokens a round, every round
+    cross auto     the default: adaptive K, auto (cross + lookup), the costs learnt as it goes
+    sampled        temperature 0.8: one-hot q against the shared vocabulary's real q, K=4
+
+For each: tokens/s and speed against the target alone, acceptance (drafted tokens accepted),
+tokens per target pass, the per-token acceptance alpha (accepted / (accepted + rejections)),
+and per cross round the drafting and the translation (re-encoding) time. Then a labelled
+prediction for a GPU from the measured alpha and translation time.
+
+    .venv/bin/python scripts/cross_tokenizer.py                 # 6 prompts x 64 tokens
+    .venv/bin/python scripts/cross_tokenizer.py --tokens 96 --prompts 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+PROMPTS = [
+    "The history of the printing press begins in",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "Shopping list:\n- apples\n- bread\n-",
+    "Les enfants jouent dans le jardin et",
+    "Count: 1, 2, 3, 4, 5,",
+    "Dear Sir or Madam,\n\nI am writing to",
+]
+SETTINGS = ("target alone", "lookup", "cross K=4", "cross auto", "sampled one-hot", "sampled shared-q")
+
+
+def expected(alpha: float, k: int) -> float:
+    return k + 1.0 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS))
+    args = ap.parse_args()
+
+    import model_files
+    from tandem.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
+    from tandem.engine.draft_policy import CostModel
+    from tandem.engine.drafters import cross
+    from tandem.session.collect import Outcome, collect
+
+    gemma, smol = model_files.gemma3_270m(), model_files.smollm2_q4_1()
+    print(f"{platform.processor() or platform.machine()}, 1 llama.cpp thread, {args.tokens} tokens a prompt")
+    for target, draft in ((gemma, smol), (smol, gemma)):
+        pair = ModelPair.load(target, draft, LoadOptions(n_ctx=1024, n_threads=1))
+        print(f"\n== target {target.name}, draft {draft.name}")
+        runs: dict[str, list[Outcome]] = defaultdict(list)
+        costs = CostModel()  # the adaptive setting's, kept across its prompts as the app keeps it
+        for text in PROMPTS[: args.prompts]:
+            prompt = pair.raw_prompt(text)
+            for setting in SETTINGS:
+                greedy = SamplerSettings(temperature=0.0)
+                sampled = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=7)
+                fixed = {"draft_max": 4, "adaptive": False}
+                cfg = {
+                    "target alone": GenerationConfig(sampler=greedy),
+                    "lookup": GenerationConfig(drafter="lookup", sampler=greedy, **fixed),  # type: ignore[arg-type]
+                    "cross K=4": GenerationConfig(drafter="cross", sampler=greedy, **fixed),  # type: ignore[arg-type]
+                    "cross auto": GenerationConfig(sampler=greedy),
+                    "sampled one-hot": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
+                    "sampled shared-q": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
+                }[setting]
+                cfg = replace(cfg, max_tokens=args.tokens)
+                cross.SHARED_Q = setting == "sampled shared-q"
+                out = collect(
+                    pair.generate(
+                        prompt,
+                        cfg,
+                        speculative=setting != "target alone",
+                        costs=costs if setting == "cross auto" else CostModel(),
+                    )
+                )
+                runs[setting].append(out)
+        cross.SHARED_Q = False
+        base = sum(o.stats.generated for o in runs["target alone"]) / sum(
+            o.stats.decode_s for o in runs["target alone"]
+        )
+        columns = ("tok/s", "speed", "accept", "tok/pass", "alpha", "draft ms/rd", "transl ms/rd")
+        print(f"{'setting':18} " + " ".join(f"{c:>{max(6, len(c))}}" for c in columns))
+        alphas: dict[str, float] = {}
+        for setting in SETTINGS:
+            outs = runs[setting]
+            gen = sum(o.stats.generated for o in outs)
+            rate = gen / sum(o.stats.decode_s for o in outs)
+            drafted = sum(o.stats.drafted for o in outs)
+            accepted = sum(o.stats.accepted for o in outs)
+            rounds = [r for o in outs for r in o.rounds]
+            rejections = sum(1 for r in rounds if r.drafted and r.accepted < r.drafted)
+            alpha = accepted / (accepted + rejections) if accepted + rejections else 0.0
+            alphas[setting] = alpha
+            crossed = [r for r in rounds if r.drafter == "cross"]
+            draft_ms = statistics.fmean(r.draft_s for r in crossed) * 1e3 if crossed else 0.0
+            tr_ms = statistics.fmean(r.translate_s for r in crossed) * 1e3 if crossed else 0.0
+            passes = gen / sum(o.stats.rounds for o in outs)
+            print(
+                f"{setting:18} {rate:6.1f} {rate / base:5.2f}x {accepted / drafted if drafted else 0:6.0%} "
+                f"{passes:8.2f} {alpha:6.2f} {draft_ms:11.1f} {tr_ms:12.2f}"
+            )
+            if setting == "cross K=4":
+                translate_ms = tr_ms
+        # Draft tokens per target token for the same text (the answers of the target alone).
+        texts = [o.text for o in runs["target alone"]]
+        ratio = sum(len(pair.draft.tokenize(t, add_special=False)) for t in texts) / max(
+            1, sum(len(pair.target.tokenize(t, add_special=False)) for t in texts)
+        )
+        # A GPU prediction (labelled: not measured): a 27B-class target at 30 ms a token, a draft
+        # at c = 0.05 of it per draft token (ratio draft tokens per target token), a verify of
+        # K+1 tokens at v = 1.1 steps, and the translation as measured here (it runs on the CPU
+        # either way).
+        a = alphas["cross K=4"]
+        overhead = 1.1 + translate_ms / 30.0  # v, and the translation in target steps
+        speeds = {k: expected(a, k) / (k * ratio * 0.05 + overhead) for k in range(1, 13)}
+        best = max(speeds, key=lambda k: speeds[k])
+        print(
+            f"draft tokens per target token: {ratio:.2f}\n"
+            f"PREDICTED (GPU, not measured): alpha {a:.2f} -> K={best}, E={expected(a, best):.2f} "
+            f"tokens a pass, about {speeds[best]:.2f}x the target alone (target step 30 ms, c 0.05, "
+            f"v 1.1, translation {translate_ms:.2f} ms a round)"
+        )
+        pair.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
