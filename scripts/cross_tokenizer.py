@@ -9,7 +9,8 @@ thread, the settings alternated prompt by prompt in one run (this machine is sha
     lookup         prompt lookup (the drafter every pair has)
     cross K=4      the cross-tokenizer draft, greedy, 4 target tokens a round, every round
     cross auto     the default: adaptive K, auto (cross + lookup), the costs learnt as it goes
-    sampled        temperature 0.8: one-hot q against the shared vocabulary's real q, K=4
+    sampled        temperature 0.8, seed 7 (K=4): the target alone, then the cross draft with
+                   one-hot q against the shared vocabulary's real q (on a pair loaded anew)
 
 For each: tokens/s and speed against the target alone, acceptance (drafted tokens accepted),
 tokens per target pass, the per-token acceptance alpha (accepted / (accepted + rejections)),
@@ -27,7 +28,6 @@ import platform
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,11 @@ PROMPTS = [
     "Count: 1, 2, 3, 4, 5,",
     "Dear Sir or Madam,\n\nI am writing to",
 ]
-SETTINGS = ("target alone", "lookup", "cross K=4", "cross auto", "sampled one-hot", "sampled shared-q")
+GREEDY_SETTINGS = ("target alone", "lookup", "cross K=4", "cross auto")
+# Sampled runs read logits, which switches a model's in-graph greedy sampler off for good
+# (model.py): they run after the greedy ones, on a pair of their own.
+SAMPLED_SETTINGS = ("sampled alone", "sampled one-hot", "sampled shared-q")
+SETTINGS = GREEDY_SETTINGS + SAMPLED_SETTINGS
 
 
 def expected(alpha: float, k: int) -> float:
@@ -64,46 +68,58 @@ def main() -> int:
     gemma, smol = model_files.gemma3_270m(), model_files.smollm2_q4_1()
     print(f"{platform.processor() or platform.machine()}, 1 llama.cpp thread, {args.tokens} tokens a prompt")
     for target, draft in ((gemma, smol), (smol, gemma)):
-        pair = ModelPair.load(target, draft, LoadOptions(n_ctx=1024, n_threads=1))
         print(f"\n== target {target.name}, draft {draft.name}")
         runs: dict[str, list[Outcome]] = defaultdict(list)
         costs = CostModel()  # the adaptive setting's, kept across its prompts as the app keeps it
-        for text in PROMPTS[: args.prompts]:
-            prompt = pair.raw_prompt(text)
-            for setting in SETTINGS:
-                greedy = SamplerSettings(temperature=0.0)
-                sampled = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=7)
-                fixed = {"draft_max": 4, "adaptive": False}
-                cfg = {
-                    "target alone": GenerationConfig(sampler=greedy),
-                    "lookup": GenerationConfig(drafter="lookup", sampler=greedy, **fixed),  # type: ignore[arg-type]
-                    "cross K=4": GenerationConfig(drafter="cross", sampler=greedy, **fixed),  # type: ignore[arg-type]
-                    "cross auto": GenerationConfig(sampler=greedy),
-                    "sampled one-hot": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
-                    "sampled shared-q": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
-                }[setting]
-                cfg = replace(cfg, max_tokens=args.tokens)
-                cross.SHARED_Q = setting == "sampled shared-q"
-                out = collect(
-                    pair.generate(
+        greedy = SamplerSettings(temperature=0.0)
+        sampled = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=7)
+        fixed = {"draft_max": 4, "adaptive": False, "max_tokens": args.tokens}
+        configs = {
+            "target alone": GenerationConfig(sampler=greedy, max_tokens=args.tokens),
+            "lookup": GenerationConfig(drafter="lookup", sampler=greedy, **fixed),  # type: ignore[arg-type]
+            "cross K=4": GenerationConfig(drafter="cross", sampler=greedy, **fixed),  # type: ignore[arg-type]
+            "cross auto": GenerationConfig(sampler=greedy, max_tokens=args.tokens),
+            "sampled alone": GenerationConfig(sampler=sampled, max_tokens=args.tokens),
+            "sampled one-hot": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
+            "sampled shared-q": GenerationConfig(drafter="cross", sampler=sampled, **fixed),  # type: ignore[arg-type]
+        }
+        for settings in (GREEDY_SETTINGS, SAMPLED_SETTINGS):
+            pair = ModelPair.load(target, draft, LoadOptions(n_ctx=1024, n_threads=1))
+            for text in PROMPTS[: args.prompts]:
+                prompt = pair.raw_prompt(text)
+                for setting in settings:
+                    cross.SHARED_Q = setting == "sampled shared-q"
+                    alone = setting in ("target alone", "sampled alone")
+                    events = pair.generate(
                         prompt,
-                        cfg,
-                        speculative=setting != "target alone",
+                        configs[setting],
+                        speculative=not alone,
                         costs=costs if setting == "cross auto" else CostModel(),
                     )
+                    runs[setting].append(collect(events))
+            if settings is GREEDY_SETTINGS:
+                # Draft tokens per target token for the same text (the target alone's answers).
+                texts = [o.text for o in runs["target alone"]]
+                assert pair.draft is not None
+                ratio = sum(len(pair.draft.tokenize(t, add_special=False)) for t in texts) / max(
+                    1, sum(len(pair.target.tokenize(t, add_special=False)) for t in texts)
                 )
-                runs[setting].append(out)
+            pair.close()
         cross.SHARED_Q = False
-        base = sum(o.stats.generated for o in runs["target alone"]) / sum(
-            o.stats.decode_s for o in runs["target alone"]
-        )
+
+        def rate_of(setting: str, runs: dict[str, list[Outcome]] = runs) -> float:
+            return sum(o.stats.generated for o in runs[setting]) / sum(
+                o.stats.decode_s for o in runs[setting]
+            )
+
         columns = ("tok/s", "speed", "accept", "tok/pass", "alpha", "draft ms/rd", "transl ms/rd")
         print(f"{'setting':18} " + " ".join(f"{c:>{max(6, len(c))}}" for c in columns))
         alphas: dict[str, float] = {}
         for setting in SETTINGS:
             outs = runs[setting]
             gen = sum(o.stats.generated for o in outs)
-            rate = gen / sum(o.stats.decode_s for o in outs)
+            rate = rate_of(setting)
+            base = rate_of("sampled alone" if setting in SAMPLED_SETTINGS else "target alone")
             drafted = sum(o.stats.drafted for o in outs)
             accepted = sum(o.stats.accepted for o in outs)
             rounds = [r for o in outs for r in o.rounds]
@@ -120,11 +136,6 @@ def main() -> int:
             )
             if setting == "cross K=4":
                 translate_ms = tr_ms
-        # Draft tokens per target token for the same text (the answers of the target alone).
-        texts = [o.text for o in runs["target alone"]]
-        ratio = sum(len(pair.draft.tokenize(t, add_special=False)) for t in texts) / max(
-            1, sum(len(pair.target.tokenize(t, add_special=False)) for t in texts)
-        )
         # A GPU prediction (labelled: not measured): a 27B-class target at 30 ms a token, a draft
         # at c = 0.05 of it per draft token (ratio draft tokens per target token), a verify of
         # K+1 tokens at v = 1.1 steps, and the translation as measured here (it runs on the CPU
@@ -139,7 +150,6 @@ def main() -> int:
             f"tokens a pass, about {speeds[best]:.2f}x the target alone (target step 30 ms, c 0.05, "
             f"v 1.1, translation {translate_ms:.2f} ms a round)"
         )
-        pair.close()
     return 0
 
 

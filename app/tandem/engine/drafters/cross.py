@@ -90,6 +90,7 @@ class CrossDrafter:
         self.last = -1  # the target token at synced - 1 (detects a different history)
         self.held = b""  # the end of that text not in `tokens` yet: an incomplete character
         self.off = False  # the draft's context is full: no more drafting this generation
+        self.ratio = 1.0  # draft tokens per target token (see _sync)
         self._controls: dict[int, list[int] | None] = {}  # target control token -> draft's own
         self._bos = draft.tokenize("", add_special=True, parse_special=False)  # the draft's BOS
         eot = int(llama_cpp.llama_vocab_eot(target.vocab))
@@ -139,6 +140,9 @@ class CrossDrafter:
         self._append(bytes(plain))
         self.synced = len(history)
         self.last = history[-1] if history else -1
+        # Draft tokens per target token for the same text (SmolLM2 writes 1.1 per Gemma token
+        # of English, Gemma 0.9 per SmolLM2 token): how far to draft before translating.
+        self.ratio = min(4.0, max(0.5, len(self.tokens) / max(1, self.synced)))
 
     def _append(self, data: bytes) -> None:
         """Append text to `tokens` through the look-behind window (whole characters only: an
@@ -190,7 +194,7 @@ class CrossDrafter:
             return out
         t0 = time.perf_counter()
         self._sync(history)
-        out.translate_s = time.perf_counter() - t0
+        sync_s = out.translate_s = time.perf_counter() - t0
         if self._no_room(1):
             return out
         model = self.model
@@ -203,20 +207,20 @@ class CrossDrafter:
             if self.shared is not None:
                 self._draft_shared(inner, out, k, cap)
             else:
-                self._draft_text(history, inner, out, k, cap, t0)
+                self._draft_text(history, inner, out, k, cap)
         except ContextOverflowError:
             self.off = True  # (the draft's context filled up: the target goes on alone)
             return Proposal()
         out.caught_up = inner.caught_up
-        out.passes = len(out.tokens)  # priced per target token proposed (see the docstring)
-        if not out.first_s:
-            out.first_s = time.perf_counter() - t0
+        # Priced per target token proposed (see the docstring): the first batch (catch-up and
+        # the re-encoding before it), then the rest spread over the other proposed tokens.
+        out.passes = len(out.tokens)
+        out.first_s = sync_s + inner.first_s
         return out
 
-    def _draft_text(
-        self, history: Sequence[int], inner: Proposal, out: Proposal, k: int, cap: int, t0: float
-    ) -> None:
-        """Greedy draft tokens, their text re-encoded for the target after each one."""
+    def _draft_text(self, history: Sequence[int], inner: Proposal, out: Proposal, k: int, cap: int) -> None:
+        """Greedy draft tokens, their text re-encoded for the target once there are likely
+        enough of them, then after each further one until k target tokens are settled."""
         target = self.target
         # The target's look-behind: its answer's last tokens, not across a control token.
         floor = len(history)
@@ -225,19 +229,27 @@ class CrossDrafter:
         before = history[window(history, target.piece, floor) :]
         text = bytearray()
         found: list[int] = []
-        ended = whole = False
+        ended = whole = stale = False
+        # The draft tokens likely to give k settled target tokens and one more: translating
+        # sooner would only find too few (each translation encodes the window's text anew).
+        need = min(cap, max(1, round((k + 1) * self.ratio)))
         for written, (tok, _) in enumerate(self.inner.tokens(self.tokens, inner), 1):
             if self.model.is_eog(tok):
                 ended = True
                 break
             text += self.model.piece(tok)
+            stale = True
+            if written >= need:
+                t1 = time.perf_counter()
+                found, whole = self._translate(before, bytes(text))
+                out.translate_s += time.perf_counter() - t1
+                stale = False
+                if len(found) > k or written >= cap:
+                    break
+        if stale or (ended and text and not found):
             t1 = time.perf_counter()
             found, whole = self._translate(before, bytes(text))
             out.translate_s += time.perf_counter() - t1
-            if len(found) > 1 and not out.first_s:
-                out.first_s = time.perf_counter() - t0
-            if len(found) > k or written >= cap:
-                break
         if not ended:
             found = found[:-1]  # the last one's text may still grow
         elif whole or not text:  # its text is final: all of it, then the end of the answer
