@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="list GGUF files on this machine and which can draft for which",
         description="Find GGUF models in the Hugging Face cache, LM Studio's and Ollama's model "
         "folders and the paths you give (files or folders), read their metadata (no weights "
-        "are loaded) and show which ones can draft for which: the same tokenizer, and smaller.",
+        "are loaded) and show which ones can draft for which: smaller, with the same tokenizer or one "
+        "they draft across (marked *).",
     )
     p.add_argument(
         "paths", nargs="*", metavar="PATH", type=Path, help="more GGUF files or folders to look at"

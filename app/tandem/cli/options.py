@@ -35,7 +35,10 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", metavar="PATH", type=Path, help="target GGUF (the model whose output you get)")
     g.add_argument(
-        "--draft", metavar="PATH", type=Path, help="draft GGUF (a small model with the same tokenizer)"
+        "--draft",
+        metavar="PATH",
+        type=Path,
+        help="draft GGUF (a small model, best with the same tokenizer; another one drafts across tokenizers)",
     )
     g.add_argument(
         "--pair",
