@@ -136,20 +136,21 @@ def main() -> int:
             )
             if setting == "cross K=4":
                 translate_ms = tr_ms
-        # A GPU prediction (labelled: not measured): a 27B-class target at 30 ms a token, a draft
-        # at c = 0.05 of it per draft token (ratio draft tokens per target token), a verify of
-        # K+1 tokens at v = 1.1 steps, and the translation as measured here (it runs on the CPU
-        # either way).
+        # A GPU prediction (labelled: not measured): a target step of 30 ms (a 27B-class model),
+        # a draft step c of it per draft token (`ratio` draft tokens per target token), a verify
+        # of K+1 tokens at v = 1.1 steps, and the translation as measured here (it runs on the
+        # CPU either way); the best K for each c.
         a = alphas["cross K=4"]
-        overhead = 1.1 + translate_ms / 30.0  # v, and the translation in target steps
-        speeds = {k: expected(a, k) / (k * ratio * 0.05 + overhead) for k in range(1, 13)}
-        best = max(speeds, key=lambda k: speeds[k])
-        print(
-            f"draft tokens per target token: {ratio:.2f}\n"
-            f"PREDICTED (GPU, not measured): alpha {a:.2f} -> K={best}, E={expected(a, best):.2f} "
-            f"tokens a pass, about {speeds[best]:.2f}x the target alone (target step 30 ms, c 0.05, "
-            f"v 1.1, translation {translate_ms:.2f} ms a round)"
-        )
+        print(f"draft tokens per target token: {ratio:.2f}; per-token acceptance alpha (cross K=4) {a:.2f}")
+        for c in (0.03, 0.05, 0.1, 0.2):
+            overhead = 1.1 + translate_ms / 30.0  # v, and the translation in target steps
+            speeds = {k: expected(a, k) / (k * ratio * c + overhead) for k in range(1, 13)}
+            best = max(speeds, key=lambda k: speeds[k])
+            print(
+                f"PREDICTED (GPU, not measured): c {c:.2f} -> K={best}, E={expected(a, best):.2f} tokens a "
+                f"pass, about {speeds[best]:.2f}x the target alone (step 30 ms, v 1.1, translation "
+                f"{translate_ms:.2f} ms a round)"
+            )
     return 0
 
 
