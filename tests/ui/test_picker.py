@@ -162,6 +162,41 @@ def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tin
     run_app(app, scenario)
 
 
+def test_the_picker_offers_a_draft_of_another_tokenizer(
+    dirs: AppDirs, hf_env: Path, tiny_target: Path
+) -> None:
+    """A smaller model whose tokenizer differs (two token texts swapped) is offered as a
+    cross-tokenizer draft, marked so, and loads with the note that says how it drafts."""
+    small = model_files.tiny_model("small-swapped", seed=3, n_embd=32, vocab_edit="swap")
+    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
+    models.mkdir(parents=True)
+    shutil.copy(tiny_target, models / "tiny-a.gguf")
+    shutil.copy(small, models / "tiny-small-swapped.gguf")
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: bool(p.disk), 20, "disk")
+        p.query_one("#tabs", TabbedContent).active = "tab-disk"
+        disk = p.query_one("#disk", DataTable)
+        disk.focus()
+        disk.move_cursor(row=0)
+        await pilot.pause()
+        assert str(disk.get_row_at(0)[-1]) == "1 cross"
+        drafts = p.query_one("#drafts", DataTable)
+        assert drafts.row_count == 1 and str(drafts.get_row_at(0)[-1]) == "another (cross)"
+        assert "another tokenizer" in text_of(p, "#drafts-label").lower()
+        await pilot.press("enter")  # to the drafts list
+        await pilot.press("enter")  # load this draft with it
+        await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
+        assert app.loaded is not None and app.loaded.pair.draft is not None
+        assert app.loaded.pair.draft.foreign_tokenizer
+        assert any("drafts across tokenizers" in n for n in app.loaded.pair.notes)
+
+    run_app(app, scenario)
+
+
 @pytest.mark.parametrize("case", ["incompatible", "corrupt", "missing"])
 def test_bad_pairs_are_refused_and_the_current_pair_stays(
     dirs: AppDirs, tiny_ref: PairRef, incompatible_draft: Path, tmp_path: Path, case: str

@@ -10,7 +10,7 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
     heads.py       whether a GGUF has its own draft heads (multi-token prediction)
 """
 
-from .discovery import LocalGGUF, discover_ggufs, drafts_for
+from .discovery import LocalGGUF, cross_tokenizer, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
 from .heads import BUILTIN_DRAFTER_LABEL, has_heads
 from .hub import DownloadCancelled, DownloadProgress, download_file, pull_pair
@@ -29,6 +29,7 @@ __all__ = [
     "LocalGGUF",
     "ModelFile",
     "PairSpec",
+    "cross_tokenizer",
     "device_memory",
     "discover_ggufs",
     "download_file",

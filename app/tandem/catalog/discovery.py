@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tandem.engine.compat import compatibility_problems
+from tandem.engine.compat import compatibility_problems, cross_problems
 from tandem.engine.errors import ModelFileError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
 
@@ -107,23 +107,36 @@ def scan(extra_paths: Sequence[Path] = ()) -> tuple[list[LocalGGUF], list[Skippe
 
 
 def drafts_for(target: LocalGGUF, candidates: Sequence[LocalGGUF]) -> list[LocalGGUF]:
-    """Candidates that can draft for `target`: the same tokenizer (the engine's own check) and
-    smaller (fewer parameters, or as many but fewer bytes: a lower-bit quantization).
-    Smallest first: the cheaper the draft, the more it can guess per target pass."""
-    try:
-        t_info = _header(target.path)
-    except ModelFileError:
-        return []
-    out: list[LocalGGUF] = []
+    """Candidates that can draft for `target`: smaller (fewer parameters, or as many but fewer
+    bytes: a lower-bit quantization), with the same tokenizer (the engine's own check) or one
+    it can draft across (engine/drafters/cross.py; `cross_tokenizer` tells which). The same
+    tokenizer first, as it drafts for less; each group smallest first: the cheaper the draft,
+    the more it can guess per target pass."""
+    out: list[tuple[bool, LocalGGUF]] = []
     for c in candidates:
         if c.path == target.path or not _smaller(c, target):
             continue
-        try:
-            if not compatibility_problems(t_info, _header(c.path)):
-                out.append(c)
-        except ModelFileError:
-            continue
-    return sorted(out, key=lambda c: (c.size_bytes, c.name))
+        verdict = _tokenizers(target.path, c.path)
+        if verdict is not None:
+            out.append((verdict, c))
+    return [c for _, c in sorted(out, key=lambda vc: (vc[0], vc[1].size_bytes, vc[1].name))]
+
+
+def cross_tokenizer(target: LocalGGUF, draft: LocalGGUF) -> bool:
+    """Whether `draft` drafts for `target` across tokenizers (its text re-encoded each round)."""
+    return _tokenizers(target.path, draft.path) is True
+
+
+def _tokenizers(target: Path, draft: Path) -> bool | None:
+    """How the draft's tokenizer relates to the target's: False the same, True another one it
+    can draft across, None neither (or a file that cannot be read)."""
+    try:
+        t_info, d_info = _header(target), _header(draft)
+    except ModelFileError:
+        return None
+    if not compatibility_problems(t_info, d_info):
+        return False
+    return None if cross_problems(t_info, d_info) else True
 
 
 def _smaller(c: LocalGGUF, t: LocalGGUF) -> bool:

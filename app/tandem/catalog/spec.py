@@ -92,6 +92,9 @@ class PairSpec:
     # The target (and maybe the draft) mixes attention with recurrent layers (Qwen3.5's Gated
     # DeltaNet, Nemotron-H's Mamba-2): shown to the user, whose llama.cpp must support it.
     hybrid: bool = False
+    # The draft has another tokenizer than the target: it drafts across tokenizers, its text
+    # re-encoded each round (engine/drafters/cross.py); said before anything is downloaded.
+    cross_tokenizer: bool = False
 
     @property
     def builtin_draft(self) -> bool:
@@ -330,6 +333,7 @@ _PAIR_FIELDS = (
     "context",
     "gpu_memory_bytes",
     "hybrid",
+    "cross_tokenizer",
     "target",
     "draft",
 )
@@ -344,6 +348,7 @@ _PAIR_DEFAULTS: dict[str, Any] = {
     "context": LoadOptions.n_ctx,
     "gpu_memory_bytes": 0,
     "hybrid": False,
+    "cross_tokenizer": False,
 }
 # A user who names a file vouches for it: only the built-in catalog has to say `confirmed`.
 _FILE_DEFAULTS: dict[str, Any] = {"size_bytes": 0, "license": "", "gated": False, "confirmed": True}
@@ -422,6 +427,8 @@ class _Checker:
             context=get.integer("context", minimum=64),
             gpu_memory_bytes=get.integer("gpu_memory_bytes", minimum=0 if not self.builtin else 1),
             hybrid=get.boolean("hybrid"),
+            # (optional in every catalog: a pair of one tokenizer need not say so)
+            cross_tokenizer=get.boolean("cross_tokenizer") if "cross_tokenizer" in raw else False,
         )
 
     def draft_file(self, i: int, pair: dict[str, Any], label: str) -> ModelFile | None:

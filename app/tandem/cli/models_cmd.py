@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tandem.catalog import LocalGGUF, drafts_for
+from tandem.catalog import LocalGGUF, cross_tokenizer, drafts_for
 from tandem.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from tandem.catalog.hub_cache import hub_cache_dir
 from tandem.catalog.units import format_bytes, format_params
@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="list GGUF files on this machine and which can draft for which",
         description="Find GGUF models in the Hugging Face cache, LM Studio's and Ollama's model "
         "folders and the paths you give (files or folders), read their metadata (no weights "
-        "are loaded) and show which ones can draft for which: the same tokenizer, and smaller.",
+        "are loaded) and show which ones can draft for which: smaller, with the same tokenizer or one "
+        "they draft across (marked *).",
     )
     p.add_argument(
         "paths", nargs="*", metavar="PATH", type=Path, help="more GGUF files or folders to look at"
@@ -50,12 +51,15 @@ def _json(m: LocalGGUF, drafts: list[LocalGGUF]) -> dict[str, Any]:
         # Multi-token-prediction blocks: > 0, it drafts for itself (--drafter mtp, or auto alone).
         "mtp_layers": m.mtp_layers,
         "drafts": [str(d.path) for d in drafts],
+        # Of those, the drafts of another tokenizer (they draft across tokenizers).
+        "cross_tokenizer_drafts": [str(d.path) for d in drafts if cross_tokenizer(m, d)],
     }
 
 
-def _drafts_cell(m: LocalGGUF, numbers: list[int]) -> str:
-    """The DRAFTS cell: "built-in" for the model's own heads, then the numbers of the others."""
-    return ", ".join([*(["built-in"] if m.mtp_layers else []), *map(str, numbers)]) or "-"
+def _drafts_cell(m: LocalGGUF, numbers: list[str]) -> str:
+    """The DRAFTS cell: "built-in" for the model's own heads, then the numbers of the others
+    (`*`: of another tokenizer)."""
+    return ", ".join([*(["built-in"] if m.mtp_layers else []), *numbers]) or "-"
 
 
 def models(args: ModelsOptions) -> int:
@@ -99,13 +103,19 @@ def models(args: ModelsOptions) -> int:
                 format_params(m.n_params),
                 m.quantization,
                 format_bytes(m.size_bytes),
-                _drafts_cell(m, [index[d.path] for d in drafts[m.path]]),
+                _drafts_cell(m, [f"{index[d.path]}{'*' * cross_tokenizer(m, d)}" for d in drafts[m.path]]),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
-    print("\nDRAFTS: models with the same tokenizer and fewer parameters (or fewer bits), smallest first.")
+    print("\nDRAFTS: models with fewer parameters (or fewer bits), the same tokenizer first, smallest first.")
+    if any(cross_tokenizer(m, d) for m in found for d in drafts[m.path]):
+        print(
+            "*: another tokenizer: it drafts across tokenizers, its text re-encoded into the target's "
+            "tokens each round\n   (the same output; drafting costs more than with a draft of the same "
+            "tokenizer)."
+        )
     heads = [m for m in found if m.mtp_layers]
     if heads:
         print(
@@ -119,7 +129,8 @@ def models(args: ModelsOptions) -> int:
         )
     runnable = [m for m in found if drafts[m.path]]
     if runnable:
-        t = runnable[0]
+        # The largest target with a draft of its own tokenizer, else the largest at all.
+        t = next((m for m in runnable if not cross_tokenizer(m, drafts[m.path][0])), runnable[0])
         d = drafts[t.path][0]
         print("Try the largest pair:")
         print(f"  tandem run --target {shlex.quote(str(t.path))} \\")

@@ -35,7 +35,10 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", metavar="PATH", type=Path, help="target GGUF (the model whose output you get)")
     g.add_argument(
-        "--draft", metavar="PATH", type=Path, help="draft GGUF (a small model with the same tokenizer)"
+        "--draft",
+        metavar="PATH",
+        type=Path,
+        help="draft GGUF (a small model, best with the same tokenizer; another one drafts across tokenizers)",
     )
     g.add_argument(
         "--pair",
@@ -126,7 +129,8 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None
         default=GenerationConfig.drafter,
         help="who drafts: the draft model, prompt lookup (continue text found earlier in the context; "
         "no draft model needed), mtp: the target's own draft heads (multi-token prediction layers, in "
-        "Qwen3.5/3.6 GGUFs and others; no draft model needed), or auto: each round, whichever of "
+        "Qwen3.5/3.6 GGUFs and others; no draft model needed), cross: a draft model of another "
+        "tokenizer, its text re-encoded into the target's tokens, or auto: each round, whichever of "
         "those the models have promises more speed (default)",
     )
     g.add_argument(

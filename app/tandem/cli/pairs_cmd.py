@@ -104,6 +104,7 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
                 "context": p.context,
                 "gpu_memory_bytes": p.gpu_memory_bytes,
                 "hybrid": p.hybrid,
+                "cross_tokenizer": p.cross_tokenizer,
                 "total_bytes": p.total_bytes,
                 "downloaded": target["downloaded"] and (not isinstance(draft, dict) or draft["downloaded"]),
                 "fit": _fit_json(pair_fit(p, ctx)),
@@ -145,6 +146,8 @@ def _size(p: PairSpec, local: list[tuple[ModelFile, Path | None]]) -> str:
 NOTE_MEANINGS = {
     "hybrid": "hybrid: attention mixed with recurrent layers (Qwen3.5's Gated DeltaNet, Nemotron-H's "
     "Mamba-2), whose state is rolled back after a rejected draft (docs/architecture.md)",
+    "cross-tokenizer": "cross-tokenizer: the draft has another tokenizer; its text is re-encoded into the "
+    "target's tokens each round (the same output, dearer drafting)",
     "unconfirmed": "unconfirmed: a file name was not confirmed on the hub; if it is wrong the download "
     "stops with 'not found'",
 }
@@ -154,7 +157,8 @@ def pair_notes(p: PairSpec, missing: tuple[ModelFile, ...]) -> list[str]:
     """The NOTES words of a pair: `hybrid`, and `unconfirmed` while a file whose name was never
     confirmed is still to be downloaded (once it is on disk, the name was right)."""
     unconfirmed = any(not f.confirmed for f in missing)
-    return [word for word, on in (("hybrid", p.hybrid), ("unconfirmed", unconfirmed)) if on]
+    words = (("hybrid", p.hybrid), ("cross-tokenizer", p.cross_tokenizer), ("unconfirmed", unconfirmed))
+    return [word for word, on in words if on]
 
 
 def pairs(args: PairsOptions) -> int:

@@ -67,7 +67,9 @@ class RoundEvent:
     # auto round the draft model's tokens may be followed by a lookup continuation.
     looked_up: int = 0
     first_draft_s: float = 0.0  # of draft_s, the drafter's first batch (catch-up included)
-    draft_passes: int = 0  # the drafter's decode calls (a draft model's or the heads'; 0: lookup)
+    # The drafter's decode calls (a draft model's or the heads'; 0: lookup); for a draft of
+    # another tokenizer the target tokens it proposed (its rounds are priced per target token).
+    draft_passes: int = 0
     # The round's tokens: the accepted drafts, then the target's own (a correction or the bonus).
     tokens: tuple[int, ...] = ()
     # Of verify_s, what undoing rejected drafts cost: copying a recurrent target's state before
@@ -76,6 +78,8 @@ class RoundEvent:
     # tokens, for attention models just the truncate; 0 when nothing was rejected).
     checkpoint_s: float = 0.0
     restore_s: float = 0.0
+    # Of draft_s, re-encoding text between the draft's tokenizer and the target's (cross.py).
+    translate_s: float = 0.0
 
     def origin(self, i: int) -> Origin:
         """Who produced tokens[i]."""

@@ -120,6 +120,9 @@ class LoadedModel:
         self.role = role
         self.info = info or read_gguf(self.path)
         self.notes: list[str] = []
+        # A draft whose tokenizer is not its target's: it drafts across tokenizers (pair.py sets
+        # it from the tokenizer check; drafters/cross.py).
+        self.foreign_tokenizer = False
         self._model: int | None = None
         self._ctx: int | None = None
         self._batch: Any = None  # llama_batch (a ctypes struct)

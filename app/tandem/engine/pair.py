@@ -1,9 +1,10 @@
 """A target model and (optionally) its draft, loaded together and used as one.
 
 Loading checks everything it can before touching weights: both files are read as GGUF
-(missing, not GGUF, truncated), and the tokenizers are compared. Prompts are built with the
-target's chat template and tokenizer (the draft shares the tokenizer, by the check); message
-content is always text, never control tokens (prompt_tokens.py).
+(missing, not GGUF, truncated), and the tokenizers are compared: a draft of another tokenizer
+drafts across tokenizers (drafters/cross.py), with a note, unless it cannot even do that.
+Prompts are built with the target's chat template and tokenizer; message content is always
+text, never control tokens (prompt_tokens.py).
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class ModelPair:
         opts = options or LoadOptions()
         t_info = read_gguf(target_path)
         d_info = read_gguf(draft_path) if draft_path is not None else None
+        tokenizers = check_pair(t_info, d_info) if d_info is not None else None
         if d_info is not None:
-            check_pair(t_info, d_info)
             d_info = d_info.without_vocab()
         t_info = t_info.without_vocab()
         # The target verifies up to K+1 tokens at once; the draft only ever needs its last row.
@@ -99,6 +100,9 @@ class ModelPair:
                 draft.close()
             target.close()
             raise
+        if draft is not None and tokenizers is not None and not tokenizers.same:
+            draft.foreign_tokenizer = True
+            draft.notes.append("draft: " + tokenizers.note(target.path.name, draft.path.name))
         for m in (target, draft):
             if m is not None and m.recurrent:
                 m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))

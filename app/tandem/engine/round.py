@@ -89,6 +89,7 @@ def run_round(
         tokens=tokens,
         checkpoint_s=checkpoint_s,
         restore_s=t2 - t_back if accepted < len(drafts) else 0.0,  # only a rejection restores
+        translate_s=proposal.translate_s,
     )
 
 

@@ -2,9 +2,10 @@
 
 Loading a pair takes seconds to minutes and, in the app, first frees the pair in use; so
 whatever can be told from the files' headers is told before: each file is readable, a GGUF
-and complete; the draft's tokenizer is the target's; a target that drafts alone has its own
-draft heads and this llama.cpp build can run them; and, when the front-end asks, whether the
-pair fits in memory. Only headers are read (a few milliseconds), never the weights.
+and complete; the draft's tokenizer is the target's, or one it can draft across; a target
+that drafts alone has its own draft heads and this llama.cpp build can run them; and, when
+the front-end asks, whether the pair fits in memory. Only headers are read (a few
+milliseconds), never the weights.
 
 The CLI and the server reach this through `resolve_pair`; the app's main load and its By-path
 tab call it directly. Each refusal is one line worded here; only the advice that ends it is
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tandem.engine import mtp
-from tandem.engine.compat import check_pair
+from tandem.engine.compat import PairTokenizers, check_pair
 from tandem.engine.errors import TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
 
@@ -39,6 +40,9 @@ class Checked:
     target: GGUFInfo
     draft: GGUFInfo | None
     fit: FitVerdict | None = None  # None: not asked (no context size given), or not told
+    # How the draft's tokenizer relates to the target's (None: no draft): the same, or another
+    # one it drafts across (its note says so).
+    tokenizers: PairTokenizers | None = None
 
 
 def no_heads_message(name: str, remedy: str = CLI_REMEDY) -> str:
@@ -55,15 +59,14 @@ def preflight(
     on: the app asks before loading a pair that will not fit)."""
     target = read_gguf(ref.target)  # missing, unreadable, not a GGUF, truncated: one line each
     draft = read_gguf(ref.draft) if ref.draft is not None else None
-    if draft is not None:
-        check_pair(target, draft)
+    tokenizers = check_pair(target, draft) if draft is not None else None
     if needs.need_heads:
         if target.mtp_layers == 0:
             raise TandemError(no_heads_message(ref.target.name, remedy))
         if not mtp.supported():
             raise TandemError(mtp.unsupported_message(ref.target.name))
     fit = _fit(ref, n_ctx) if n_ctx is not None else None
-    return Checked(ref, target, draft, fit)
+    return Checked(ref, target, draft, fit, tokenizers)
 
 
 def _fit(ref: PairRef, n_ctx: int) -> FitVerdict | None:

@@ -19,6 +19,7 @@ from tandem.catalog import (
     LocalGGUF,
     ModelFile,
     PairSpec,
+    cross_tokenizer,
     discover_ggufs,
     drafts_for,
     load_catalog,
@@ -88,6 +89,11 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
 class DiskModel:
     gguf: LocalGGUF
     drafts: tuple[LocalGGUF, ...]  # the models on disk that can draft for this one
+    # Of those, the ones of another tokenizer: they draft across tokenizers (their paths).
+    cross: frozenset[Path] = frozenset()
+
+    def is_cross(self, draft: LocalGGUF) -> bool:
+        return draft.path in self.cross
 
     @property
     def drafts_alone(self) -> bool:
@@ -98,7 +104,11 @@ class DiskModel:
 def disk_models() -> list[DiskModel]:
     """GGUFs already on this machine, each with the ones that can draft for it."""
     found = discover_ggufs()
-    return [DiskModel(g, tuple(drafts_for(g, found))) for g in found]
+    out = []
+    for g in found:
+        drafts = drafts_for(g, found)
+        out.append(DiskModel(g, tuple(drafts), frozenset(d.path for d in drafts if cross_tokenizer(g, d))))
+    return out
 
 
 def describe_file(f: ModelFile) -> str:

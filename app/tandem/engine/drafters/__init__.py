@@ -11,6 +11,7 @@ Each kind is one module with one `SPEC` (spec.py says what a spec holds; registr
 * lookup.py: prompt lookup, continuing an n-gram found earlier in the context.
 * hybrid.py: the draft model until prompt lookup can finish the draft (a composition).
 * mtp.py: the target's own multi-token-prediction heads.
+* cross.py: a draft model of another tokenizer, its text re-encoded into the target's tokens.
 
 Which drafter runs a round, and with which K, is the scheduler's business (scheduler.py): it
 asks each drafter for an offer and ranks them, without knowing any kind.
@@ -42,6 +43,7 @@ class Proposal:
     caught_up: int = 0  # tokens the draft model decoded in its first (catch-up) batch
     first_s: float = 0.0  # seconds of the draft model's first batch (catch-up + first step)
     passes: int = 0  # draft-model decode calls this round (the first batch included)
+    translate_s: float = 0.0  # of the drafting, re-encoding text between tokenizers (cross.py)
 
 
 def draw(

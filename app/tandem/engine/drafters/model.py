@@ -161,15 +161,20 @@ class ModelDrafter:
 
 
 def _build(ctx: BuildContext) -> Drafter | None:
-    if ctx.draft is None:
+    if ctx.draft is None or ctx.draft.foreign_tokenizer:
         return None
     return ModelDrafter(ctx.draft, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
 
 
 def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
-    return (
-        None if draft is not None else "the model drafter needs a draft model: load one, or use prompt lookup"
-    )
+    if draft is None:
+        return "the model drafter needs a draft model: load one, or use prompt lookup"
+    if draft.foreign_tokenizer:  # (cross.py drafts with it)
+        return (
+            f"{draft.path.name} has another tokenizer than the target: it drafts across tokenizers "
+            "(--drafter cross, or auto)"
+        )
+    return None
 
 
 def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:

@@ -8,3 +8,4 @@ from __future__ import annotations
 MODEL = "model"  # a small draft model (model.py); the hybrid's rounds are its rounds too
 LOOKUP = "lookup"  # prompt lookup (lookup.py)
 MTP = "mtp"  # the target's own multi-token-prediction heads (mtp.py)
+CROSS = "cross"  # a draft model of another tokenizer, its text re-encoded (cross.py)

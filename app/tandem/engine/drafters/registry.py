@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..model import LoadedModel
-from . import hybrid, lookup, model, mtp
+from . import cross, hybrid, lookup, model, mtp
 from .spec import BuildContext, Drafter, DrafterSpec, Needs
 
-KINDS: tuple[DrafterSpec, ...] = (model.SPEC, mtp.SPEC, lookup.SPEC)
+KINDS: tuple[DrafterSpec, ...] = (model.SPEC, cross.SPEC, mtp.SPEC, lookup.SPEC)
 # Compositions: a pool -> the pool with some drafters combined (the draft model finished by
 # prompt lookup).
 COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.compose,)

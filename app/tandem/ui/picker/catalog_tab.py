@@ -39,6 +39,10 @@ HYBRID_LINE = (
     "Hybrid: attention mixed with recurrent layers, whose state Tandem rolls back after a "
     "rejected draft (llama.cpp's snapshots, else a copy of the state): the output stays exact."
 )
+CROSS_LINE = (
+    "Cross-tokenizer: the draft has another tokenizer; its text is re-encoded into the target's "
+    "tokens each round (dearer drafting): the output stays exact."
+)
 
 
 BUILTIN_LINE = "Draft:  built-in drafter: the target's own multi-token-prediction heads (no draft file)"
@@ -55,6 +59,8 @@ def pair_name_text(row: CatalogRow, default: bool) -> Text:
         name.append(f" {BUILTIN_DRAFTER_LABEL}", style="cyan")
     if row.spec.hybrid:
         name.append(" hybrid", style="magenta")
+    if row.spec.cross_tokenizer:
+        name.append(" cross-tokenizer", style="cyan")
     if any(not f.confirmed for f in row.missing):
         name.append(" unconfirmed", style="yellow")
     return name
@@ -162,6 +168,8 @@ class CatalogTab(TabPane):
             lines.append(f"Memory: {row.fit.summary()} ({row.fit.device})")
         if s.hybrid:
             lines.append(HYBRID_LINE)
+        if s.cross_tokenizer:
+            lines.append(CROSS_LINE)
         if note := unconfirmed_note(s, row.missing):
             lines.append(f"Unconfirmed: {note}.")
         action = "Enter loads it." if row.downloaded else "Enter downloads and loads it."

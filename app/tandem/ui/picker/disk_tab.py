@@ -19,8 +19,10 @@ from tandem.ui.workers import run_in_thread
 
 
 def _drafts_cell(m: DiskModel) -> str:
-    """How many models can draft for it, "built-in" first for its own heads."""
-    count = str(len(m.drafts)) if m.drafts else ""
+    """How many models can draft for it, "built-in" first for its own heads, and how many of
+    them are of another tokenizer ("1 + 2 cross")."""
+    same = len(m.drafts) - len(m.cross)
+    count = " + ".join([*([str(same)] if same else []), *([f"{len(m.cross)} cross"] if m.cross else [])])
     if m.drafts_alone:
         return "built-in" + (f" + {count}" if count else "")
     return count or "–"
@@ -46,7 +48,9 @@ class DiskTab(TabPane):
         self.query_one("#disk", DataTable).add_columns(
             "model", "arch", "params", "quant", "size", "where", "drafts"
         )
-        self.query_one("#drafts", DataTable).add_columns("draft", "params", "quant", "size", "where")
+        self.query_one("#drafts", DataTable).add_columns(
+            "draft", "params", "quant", "size", "where", "tokenizer"
+        )
 
     def refresh_list(self) -> None:
         """Scan the disk for GGUFs (reading each header): in a worker."""
@@ -99,11 +103,18 @@ class DiskTab(TabPane):
             return
         label = self.query_one("#drafts-label", Static)
         if model.drafts_alone:
-            table.add_row(BUILTIN_DRAFTER_LABEL, "–", "MTP", "–", "its file", key="builtin")
+            table.add_row(BUILTIN_DRAFTER_LABEL, "–", "MTP", "–", "its file", "its own", key="builtin")
         elif not model.drafts:
-            label.update(f"No model on disk can draft for {model.gguf.name} (same tokenizer, smaller).")
+            label.update(
+                f"No model on disk can draft for {model.gguf.name} (smaller, and a usable tokenizer)."
+            )
             return
-        label.update(f"Can draft for {model.gguf.name}: Enter on one loads the pair.")
+        cross = (
+            " Another tokenizer: drafts across tokenizers (slower drafting, same output)."
+            if model.cross
+            else ""
+        )
+        label.update(f"Can draft for {model.gguf.name}: Enter on one loads the pair.{cross}")
         for i, d in enumerate(model.drafts):
             table.add_row(
                 d.name,
@@ -111,6 +122,7 @@ class DiskTab(TabPane):
                 d.quantization,
                 format_bytes(d.size_bytes),
                 d.source,
+                "another (cross)" if model.is_cross(d) else "same",
                 key=str(i),
             )
 

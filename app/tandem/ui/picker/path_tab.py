@@ -14,14 +14,19 @@ from textual.widgets import Button, Input, Label, Static, TabPane
 from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.engine import TandemError
 from tandem.session.pairs import DraftNeeds, PairRef
-from tandem.session.preflight import APP_REMEDY, preflight
+from tandem.session.preflight import APP_REMEDY, Checked, preflight
 from tandem.ui.picker.messages import PairChosen, PickerNote
 
 
 def check_paths(target: str, draft: str) -> PairRef:
-    """The pair, if both files are GGUFs whose tokenizers match, or a target alone that has its
-    own draft heads (multi-token prediction): the session's preflight, as for every load;
-    TandemError otherwise."""
+    """The pair, if both files are GGUFs whose tokenizers match (or can be drafted across), or
+    a target alone that has its own draft heads (multi-token prediction): the session's
+    preflight, as for every load; TandemError otherwise."""
+    return checked_paths(target, draft).ref
+
+
+def checked_paths(target: str, draft: str) -> Checked:
+    """check_paths, with what the preflight found (the tokenizers' verdict)."""
     if not target.strip():
         raise TandemError(
             "give a target GGUF path (and a draft's, unless the target has its own draft heads)"
@@ -29,8 +34,7 @@ def check_paths(target: str, draft: str) -> PairRef:
     t_path = Path(target.strip()).expanduser()
     d_path = Path(draft.strip()).expanduser() if draft.strip() else None
     ref = PairRef(t_path, d_path)
-    preflight(ref, DraftNeeds.of_pair(ref), remedy=APP_REMEDY)
-    return ref
+    return preflight(ref, DraftNeeds.of_pair(ref), remedy=APP_REMEDY)
 
 
 class PathTab(TabPane):
@@ -68,13 +72,18 @@ class PathTab(TabPane):
         draft = self.query_one("#draft-path", Input).value
         check = self.query_one("#check", Static)
         try:
-            ref = check_paths(target, draft)
+            checked = checked_paths(target, draft)
         except TandemError as exc:
             check.update("")
             self.post_message(PickerNote(str(exc)))
             return
+        ref = checked.ref
         if ref.draft is None:
             check.update(Text(f"✓ {BUILTIN_DRAFTER_LABEL}: the target drafts with its own heads", "green"))
+        elif checked.tokenizers is not None and not checked.tokenizers.same:
+            check.update(
+                Text("✓ another tokenizer: the draft drafts across tokenizers (dearer drafting)", "green")
+            )
         else:
             check.update(Text("✓ same tokenizer: the draft can draft for the target", "green"))
         self.post_message(PairChosen(ref))

@@ -111,7 +111,7 @@ class PickerScreen(Screen[None]):
         t = Text()
         if self.first_run:
             t.append("Welcome to Tandem. ", style="bold")
-            t.append("Pick a target model and a smaller draft model with the same tokenizer. ")
+            t.append("Pick a target model and a smaller draft model, best with the same tokenizer. ")
         if default is not None and not default.downloaded:
             t.append("Suggested: ")
             t.append(default.spec.name, style="bold")
