@@ -63,7 +63,8 @@ def test_greedy_in_the_graph_checks_the_winning_logit(poisoned: Path, tiny_targe
         prompt = pair.raw_prompt("Hello there")
         with pytest.raises(GenerationError) as err:
             run(pair, prompt, speculative=False, max_tokens=4)
-        assert pair.target._greedy_chain is not None  # the in-graph path ran (no logits were read)
+        # On the CPU the in-graph path ran (no logits read); on a GPU the rows are read instead.
+        assert (pair.target._greedy_chain is not None) == (not pair.target.devices)
     message = str(err.value)
     assert f"position {len(prompt) - 1}" in message and "NaN or infinite logits" in message
     # A poisoned draft drafting greedily in the graph: its first guess is refused the same way.
