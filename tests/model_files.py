@@ -539,3 +539,232 @@ def tiny_thinker(template: str = "Qwen3.5-4B", *, draft: bool = False) -> Path:
     if draft:
         return tiny_model(name + "-draft", seed=2, base_seed=1, noise=0.6, chat_template=text)
     return tiny_model(name, seed=1, chat_template=text)
+
+
+# ----------------------------------------------------------------------------- trained drafters
+# EAGLE-3 and DFlash sidecars read the target's hidden rows at a few of its layers. These tiny
+# ones are built for the tiny targets above whose embedding and output head are the shared
+# random tables (_SHARED_HEAD_SEED, n_embd 32: tiny_stateful_model's "llama" and tiny_mtp_model's
+# qwen35), so that their guesses agree with the target's often but not always. They have no
+# token embeddings or head of their own (as real conversions): llama.cpp lends them the
+# target's (ctx_other), except where a variant says otherwise.
+
+
+def tiny_eagle3_model(
+    name: str,
+    *,
+    seed: int,
+    noise: float = 0.3,
+    layers: tuple[int, ...] = (0, 1, 2),
+    d2t_keep: float | None = None,
+    n_embd: int = 32,
+    target_hidden: int = 32,
+    block_count: int = 1,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """A one-layer EAGLE-3 drafter (architecture "eagle3") for a 32-wide target.
+
+    Its attention looks at the entry's own token (queries and keys are a scaled copy of the
+    token's normalised embedding, so an entry scores itself far above any other) and passes
+    that embedding on; the residual adds `noise` times the normalised g (its norm_before_residual
+    mode): the fused target rows (`fc`, random weights) at a first step, its own previous row at
+    the next ones. Its logits are the target's head on the sum: the target's bigram guess of
+    the entry's token, perturbed by g, so that drafts agree with the target often but not always,
+    at every step of a draft.
+
+    d2t_keep: a reduced draft vocabulary of that share of the target's (its own LM head, the
+    target's head rows at those ids, and the `d2t` table mapping each row to its target id).
+    `metadata`: keys written as given, in place of the usual ones (crafted headers)."""
+    out = CACHE / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    n_head, head_dim, n_ff = 2, n_embd // 2, 4 * n_embd
+    eye = np.eye(n_embd)
+    zeros = np.zeros((n_embd, n_embd))
+    q_scale = 3.0  # self-attention dominates: score 4 * q_scale**2 against about q_scale**2
+    w: dict[str, np.ndarray] = {
+        "fc.weight": rng.normal(
+            0, (len(layers) * target_hidden) ** -0.5, (n_embd, len(layers) * target_hidden)
+        ),
+        "output_norm.weight": np.ones(n_embd),
+    }
+    for i in range(block_count):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(n_embd)
+        w[p + "attn_norm_2.weight"] = np.full(n_embd, noise)
+        w[p + "attn_q.weight"] = q_scale * np.hstack([eye, zeros])  # [embedding ; g] -> embedding
+        w[p + "attn_k.weight"] = q_scale * np.hstack([eye, zeros])
+        w[p + "attn_v.weight"] = np.hstack([eye, zeros])
+        w[p + "attn_output.weight"] = eye
+        w[p + "ffn_norm.weight"] = np.ones(n_embd)
+        w[p + "ffn_gate.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+        w[p + "ffn_up.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+        w[p + "ffn_down.weight"] = rng.normal(0, 0.03 * n_ff**-0.5, (n_embd, n_ff))
+    if d2t_keep is not None:
+        keep = np.sort(rng.choice(n_vocab, int(n_vocab * d2t_keep), replace=False))
+        head = np.random.default_rng(_SHARED_HEAD_SEED)
+        head.normal(0, 0.5, (n_vocab, 32))  # (the shared embedding table: drawn first)
+        w["output.weight"] = head.normal(0, 0.5, (n_vocab, 32))[keep]
+        w["d2t"] = keep.astype(np.int64)
+    arch = "eagle3"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    meta: dict[str, Any] = {
+        f"{arch}.target_layers": list(layers),
+        f"{arch}.target_hidden_size": target_hidden,
+        f"{arch}.norm_before_residual": True,
+        **(metadata or {}),
+    }
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(block_count)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    _add_metadata(writer, meta)
+    return _finish_sidecar(writer, part, out, tok, tokens, types, w)
+
+
+def tiny_dflash_model(
+    name: str,
+    *,
+    seed: int,
+    layers: tuple[int, ...] = (1, 2),
+    block_size: int = 4,
+    dspark: bool = False,
+    feature_noise: float = 0.05,
+    mask_token: int = 3,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """A one-layer DFlash drafter (architecture "dflash") for a 32-wide target: one pass
+    denoises a block [last, <mask>...]. `dspark`: DSpark, DFlash plus a Markov head (small
+    random weights) that biases each position by the token before it; its block starts at the
+    last token's own slot (anchor-first).
+
+    Made so that a mask right after the last token guesses the target's bigram of that token:
+    every token's key and query point one way (a rank-one projection on a direction v that all
+    of its own embeddings lean towards), shaped with RoPE so that a query scores the key one
+    position before it far above the rest; values drop v, so a mask passes nothing on and the
+    last token passes its embedding. The target's rows (`fc`, `feature_noise` times random
+    weights) are injected into its cache with small keys: they matter a little. Its own token
+    embeddings are the target's plus v (the mask token's is v alone) and its own head is the
+    target's. Later masks mostly guess wrong: both accepted and rejected drafts."""
+    out = CACHE / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    n_embd, n_head, head_dim, n_ff = 32, 2, 16, 128
+    half = head_dim // 2
+    shared = np.random.default_rng(_SHARED_HEAD_SEED)
+    embd = shared.normal(0, 0.5, (n_vocab, n_embd))
+    head = shared.normal(0, 0.5, (n_vocab, n_embd))
+    rng = np.random.default_rng(seed)
+    v = rng.normal(0, 1, n_embd)
+    v /= np.linalg.norm(v)
+    own = embd + 3.0 * v  # every token leans towards v (|v . e| < 3 for all of them)
+    own[mask_token] = 3.0 * v
+    # Per head: a query of ones on each rotary pair's first half; a key at angle theta_p on
+    # pair p, so that q . R(j - i) k peaks at j - i = -1 (NEOX pairs: dims p and p + half).
+    theta = 10000.0 ** (-np.arange(half) / half)
+    q_pattern = np.concatenate([np.ones(half), np.zeros(half)])
+    # (DSpark guesses from the last token's own slot: there a query scores its own key.)
+    shift = 0.0 if dspark else 1.0
+    k_pattern = np.concatenate([np.cos(shift * theta), np.sin(shift * theta)])
+    proj_out = np.eye(n_embd) - np.outer(v, v)  # values drop v
+    w: dict[str, np.ndarray] = {
+        "token_embd.weight": own,
+        "output.weight": head,
+        "fc.weight": feature_noise
+        * rng.normal(0, (len(layers) * n_embd) ** -0.5, (n_embd, len(layers) * n_embd)),
+        "enc.output_norm.weight": np.ones(n_embd),
+        "output_norm.weight": np.ones(n_embd),
+        "blk.0.attn_norm.weight": np.ones(n_embd),
+        "blk.0.attn_q.weight": np.outer(np.tile(q_pattern, n_head), v),
+        "blk.0.attn_k.weight": np.outer(np.tile(k_pattern, n_head), v),
+        "blk.0.attn_v.weight": proj_out,
+        "blk.0.attn_output.weight": 10.0 * np.eye(n_embd),
+        "blk.0.attn_q_norm.weight": np.full(head_dim, 7.0),
+        "blk.0.attn_k_norm.weight": np.full(head_dim, 7.0),
+        "blk.0.ffn_norm.weight": np.ones(n_embd),
+        "blk.0.ffn_gate.weight": rng.normal(0, n_embd**-0.5, (n_ff, n_embd)),
+        "blk.0.ffn_up.weight": rng.normal(0, n_embd**-0.5, (n_ff, n_embd)),
+        "blk.0.ffn_down.weight": rng.normal(0, 0.03 * n_ff**-0.5, (n_embd, n_ff)),
+    }
+    if dspark:
+        rank = 8
+        w["markov_w1.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["markov_w2.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+    arch = "dflash"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    meta: dict[str, Any] = {
+        f"{arch}.target_layers": list(layers),
+        f"{arch}.block_size": block_size,
+        "tokenizer.ggml.mask_token_id": mask_token,
+        **(metadata or {}),
+    }
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    _add_metadata(writer, meta)
+    return _finish_sidecar(writer, part, out, tok, tokens, types, w)
+
+
+def _add_metadata(writer: Any, meta: dict[str, Any]) -> None:
+    """Keys by the Python type of their value: ints as u32 (lists of ints: i32 arrays, as
+    llama.cpp's converter writes them), None: left out."""
+    for key, value in meta.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value) if value >= 0 else writer.add_int32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_array(key, list(value))
+
+
+def _finish_sidecar(
+    writer: Any,
+    part: Path,
+    out: Path,
+    tok: dict[str, object],
+    tokens: list[str],
+    types: list[int],
+    tensors: dict[str, np.ndarray],
+) -> Path:
+    """As _finish_tiny, keeping integer tensors (d2t) as they are."""
+    ints = {k: v for k, v in tensors.items() if v.dtype.kind == "i"}
+    floats = {k: v for k, v in tensors.items() if k not in ints}
+    for key, value in ints.items():
+        writer.add_tensor(key, value)
+    return _finish_tiny(writer, part, out, tok, tokens, types, floats)

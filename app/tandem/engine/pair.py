@@ -28,6 +28,7 @@ from .model import LoadedModel
 from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .reasoning import ReasoningSplit, Thinking, thinking_variables
 from .recurrence import rollback_note
+from .sidecar import check_sidecar, refuse_as_target
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,14 @@ class ModelPair:
     ) -> ModelPair:
         opts = options or LoadOptions()
         t_info = read_gguf(target_path)
+        refuse_as_target(t_info)
         d_info = read_gguf(draft_path) if draft_path is not None else None
-        if d_info is not None:
+        # A trained drafter (EAGLE-3, DFlash) given as the draft is no draft model: it loads
+        # beside the target, once checked against it (sidecar.py).
+        sidecar = d_info if d_info is not None and registry.sidecar_spec(d_info) is not None else None
+        if sidecar is not None:
+            check_sidecar(t_info, sidecar)
+        elif d_info is not None:
             check_pair(t_info, d_info)
             d_info = d_info.without_vocab()
         t_info = t_info.without_vocab()
@@ -82,7 +89,9 @@ class ModelPair:
         draft: LoadedModel | None = None
         try:
             registry.attach(target)  # what follows the target's decodes (its own draft heads)
-            if draft_path is not None:
+            if sidecar is not None:
+                registry.attach_sidecar(target, Path(sidecar.path), sidecar)
+            elif draft_path is not None:
                 # A recurrent draft decodes one token at a time, which llama.cpp's snapshots
                 # cannot roll back: it is checkpointed (drafters/model.py), snapshots would
                 # only take memory.

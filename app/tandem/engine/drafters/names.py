@@ -8,3 +8,5 @@ from __future__ import annotations
 MODEL = "model"  # a small draft model (model.py); the hybrid's rounds are its rounds too
 LOOKUP = "lookup"  # prompt lookup (lookup.py)
 MTP = "mtp"  # the target's own multi-token-prediction heads (mtp.py)
+EAGLE3 = "eagle3"  # an EAGLE-3 drafter beside the target (eagle3.py)
+DFLASH = "dflash"  # a DFlash or DSpark block drafter beside the target (dflash.py)
