@@ -547,7 +547,9 @@ def tiny_thinker(template: str = "Qwen3.5-4B", *, draft: bool = False) -> Path:
 # random tables (_SHARED_HEAD_SEED, n_embd 32: tiny_stateful_model's "llama" and tiny_mtp_model's
 # qwen35), so that their guesses agree with the target's often but not always. They have no
 # token embeddings or head of their own (as real conversions): llama.cpp lends them the
-# target's (ctx_other), except where a variant says otherwise.
+# target's (ctx_other), except where a variant says otherwise. They are kept in a folder of
+# their own: beside their targets, a target given alone would find them (companions).
+SIDECARS = CACHE / "sidecars"
 
 
 def tiny_eagle3_model(
@@ -575,7 +577,7 @@ def tiny_eagle3_model(
     d2t_keep: a reduced draft vocabulary of that share of the target's (its own LM head, the
     target's head rows at those ids, and the `d2t` table mapping each row to its target id).
     `metadata`: keys written as given, in place of the usual ones (crafted headers)."""
-    out = CACHE / f"tiny-{name}.gguf"
+    out = SIDECARS / f"tiny-{name}.gguf"
     if out.exists():
         return out
     import gguf
@@ -660,7 +662,7 @@ def tiny_dflash_model(
     weights) are injected into its cache with small keys: they matter a little. Its own token
     embeddings are the target's plus v (the mask token's is v alone) and its own head is the
     target's. Later masks mostly guess wrong: both accepted and rejected drafts."""
-    out = CACHE / f"tiny-{name}.gguf"
+    out = SIDECARS / f"tiny-{name}.gguf"
     if out.exists():
         return out
     import gguf

@@ -80,7 +80,8 @@ def test_drafter_help_names_mtp(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
-        assert "{model,lookup,mtp,auto}" in text and "mtp: the target's own draft heads" in text, command
+        assert "{model,lookup,mtp,eagle3,dflash,auto}" in text, command
+        assert "mtp: the target's own draft heads" in text, command
 
 
 def test_bench_compares_the_heads_with_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,6 +100,8 @@ def run(opts: RunOptions) -> int:
     with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
+        if ref.found:
+            print(f"note: {ref.found}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
         chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)

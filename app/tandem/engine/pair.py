@@ -52,6 +52,9 @@ class ModelPair:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None) -> None:
         self.target = target
         self.draft = draft
+        # The trained drafter (EAGLE-3, DFlash) given as the draft file, loaded beside the target
+        # in place of a draft model (None: none).
+        self.sidecar: Path | None = None
         # Measured draft/verify costs on this machine, kept across generations so adaptive
         # drafting starts informed (they describe the hardware, not the text).
         self.costs = CostModel()
@@ -111,7 +114,9 @@ class ModelPair:
         for m in (target, draft):
             if m is not None and m.recurrent:
                 m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))
-        return cls(target, draft)
+        pair = cls(target, draft)
+        pair.sidecar = Path(sidecar.path) if sidecar is not None else None
+        return pair
 
     def close(self) -> None:
         if self.draft is not None:
@@ -123,6 +128,11 @@ class ModelPair:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def draft_file(self) -> Path | None:
+        """The file given as the draft: a draft model's, or a trained drafter's (None: none)."""
+        return self.draft.path if self.draft is not None else self.sidecar
 
     @property
     def notes(self) -> list[str]:

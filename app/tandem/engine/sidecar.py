@@ -194,7 +194,8 @@ def check_sidecar(target: GGUFInfo, sidecar: GGUFInfo) -> SidecarFacts:
     problems = target_problems(target, facts)
     if problems:
         raise IncompatiblePairError(
-            f"{sidecar.path.name} is an {facts.label} for another target: {'; '.join(problems)}. "
+            f"{sidecar.path.name} is {article(facts.label)} {facts.label} for another target: "
+            f"{'; '.join(problems)}. "
             "Use the one trained for this model (it ships beside it, in the same repository)."
         )
     check_pair(target, sidecar)  # (its tokenizer is its target's)
@@ -207,11 +208,16 @@ def refuse_as_target(info: GGUFInfo) -> None:
     kind = sidecar_kind(info)
     if kind is None:
         return
-    what = "EAGLE-3" if kind == EAGLE3 else "DFlash"
+    what = "an EAGLE-3" if kind == EAGLE3 else "a DFlash"
     raise IncompatiblePairError(
-        f"{info.path.name} is an {what} drafter, not a model to chat with: give it as the draft "
+        f"{info.path.name} is {what} drafter, not a model to chat with: give it as the draft "
         "(--draft) beside the target it was trained for"
     )
+
+
+def article(label: str) -> str:
+    """ "an" before "EAGLE-3 drafter", "a" before "DFlash drafter"."""
+    return "an" if label[:1] in "AEIOU" else "a"
 
 
 def _positive(info: GGUFInfo, key: str) -> int | None:

@@ -33,6 +33,9 @@ class PairRef:
     draft: Path | None
     name: str = ""  # the catalog name, when the pair came from the catalog
     spec: PairSpec | None = field(default=None, compare=False)  # its entry: its settings apply
+    # How the draft was chosen when the user named none (a companion found beside the target),
+    # in words a front-end may print; "" otherwise.
+    found: str = field(default="", compare=False)
 
     @classmethod
     def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
@@ -118,16 +121,21 @@ class DraftNeeds:
     use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
     need_draft: bool = False  # it cannot run without one (the model drafter)
     need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
+    # It drafts with a trained drafter of this kind beside the target ("eagle3", "dflash"),
+    # given as the draft file or found beside the target, and only with it; "": not asked.
+    need_sidecar: str = ""
 
     @classmethod
     def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
         """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
         choices = set(drafters) if speculative else set()
         needs = {need for choice in choices for need in registry.needs_of(choice)}
+        sidecars = [c for c in choices if Needs.SIDECAR in registry.needs_of(c)]
         return cls(
-            use_draft=any(registry.uses_draft_model(choice) for choice in choices),
+            use_draft=any(registry.uses_draft_file(choice) for choice in choices),
             need_draft=Needs.DRAFT_MODEL in needs,
             need_heads=Needs.HEADS in needs,
+            need_sidecar=sidecars[0] if sidecars else "",
         )
 
     @classmethod
@@ -164,8 +172,18 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             "the model drafter needs a draft model: add --draft PATH, or draft from the context "
             "with --drafter lookup (or run the target alone with --baseline)"
         )
+    target = request.target.expanduser()
     draft = request.draft.expanduser() if request.draft is not None and needs.use_draft else None
-    return PairRef(request.target.expanduser(), draft)
+    if draft is None and needs.use_draft and not needs.need_draft:
+        # No draft named: a trained drafter shipped beside the target drafts (auto, or the
+        # kind asked for), as llama.cpp's downloader pairs `eagle3-*` files with their model.
+        from tandem.catalog import usable_companion
+
+        found = usable_companion(target, needs.need_sidecar or None)
+        if found is not None:
+            note = f"drafting with {found.path.name}, the {found.label} found beside {target.name}"
+            return PairRef(target, found.path, found=note)
+    return PairRef(target, draft)
 
 
 def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:

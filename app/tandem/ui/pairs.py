@@ -14,17 +14,20 @@ from pathlib import Path
 
 from tandem.catalog import (
     Catalog,
+    Companion,
     DownloadProgress,
     FitVerdict,
     LocalGGUF,
     ModelFile,
     PairSpec,
+    companions_for,
     discover_ggufs,
     drafts_for,
     load_catalog,
     local_file,
     pair_fit,
 )
+from tandem.catalog.companions import draft_label
 from tandem.catalog.units import format_bytes
 from tandem.engine import TandemError
 
@@ -35,6 +38,7 @@ class CatalogRow:
     target_path: Path | None  # complete in the HF cache
     draft_path: Path | None  # (None also for a pair drafted by its target's own heads)
     fit: FitVerdict | None
+    draft_kind: str = ""  # a trained drafter in place of a draft model: "EAGLE-3 drafter"
 
     @property
     def downloaded(self) -> bool:
@@ -80,7 +84,8 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
         except (TandemError, OSError):
             fit = None
         draft = local_file(spec.draft) if spec.draft is not None else None
-        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit))
+        kind = draft_label(spec.draft.filename, draft) if spec.draft is not None else ""
+        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit, kind))
     return CatalogListing(catalog, rows)
 
 
@@ -88,6 +93,8 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
 class DiskModel:
     gguf: LocalGGUF
     drafts: tuple[LocalGGUF, ...]  # the models on disk that can draft for this one
+    # The trained drafters shipped beside it that can draft for it (EAGLE-3, DFlash).
+    companions: tuple[Companion, ...] = ()
 
     @property
     def drafts_alone(self) -> bool:
@@ -96,9 +103,14 @@ class DiskModel:
 
 
 def disk_models() -> list[DiskModel]:
-    """GGUFs already on this machine, each with the ones that can draft for it."""
+    """GGUFs already on this machine, each with the ones that can draft for it. A trained
+    drafter is listed under its target (as a companion), not as a model of its own."""
     found = discover_ggufs()
-    return [DiskModel(g, tuple(drafts_for(g, found))) for g in found]
+    return [
+        DiskModel(g, tuple(drafts_for(g, found)), tuple(c for c in companions_for(g) if c.usable))
+        for g in found
+        if not g.sidecar
+    ]
 
 
 def describe_file(f: ModelFile) -> str:
