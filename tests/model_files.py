@@ -559,6 +559,8 @@ def tiny_eagle3_model(
     noise: float = 0.3,
     layers: tuple[int, ...] = (0, 1, 2),
     d2t_keep: float | None = None,
+    d2t_shift: int = 0,
+    own_head: bool = True,
     n_embd: int = 32,
     target_hidden: int = 32,
     block_count: int = 1,
@@ -576,7 +578,8 @@ def tiny_eagle3_model(
 
     d2t_keep: a reduced draft vocabulary of that share of the target's (its own LM head, the
     target's head rows at those ids, and the `d2t` table mapping each row to its target id).
-    `metadata`: keys written as given, in place of the usual ones (crafted headers)."""
+    Crafted variants: `d2t_shift` added to every d2t id, `own_head=False` leaves its LM head
+    out; `metadata`: keys written as given, in place of the usual ones (None: left out)."""
     out = SIDECARS / f"tiny-{name}.gguf"
     if out.exists():
         return out
@@ -613,8 +616,10 @@ def tiny_eagle3_model(
         keep = np.sort(rng.choice(n_vocab, int(n_vocab * d2t_keep), replace=False))
         head = np.random.default_rng(_SHARED_HEAD_SEED)
         head.normal(0, 0.5, (n_vocab, 32))  # (the shared embedding table: drawn first)
-        w["output.weight"] = head.normal(0, 0.5, (n_vocab, 32))[keep]
-        w["d2t"] = keep.astype(np.int64)
+        rows = head.normal(0, 0.5, (n_vocab, 32))[keep]
+        if own_head:
+            w["output.weight"] = rows
+        w["d2t"] = (keep + d2t_shift).astype(np.int64)
     arch = "eagle3"
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), arch)
@@ -645,6 +650,7 @@ def tiny_dflash_model(
     layers: tuple[int, ...] = (1, 2),
     block_size: int = 4,
     dspark: bool = False,
+    selector: bool = False,
     feature_noise: float = 0.05,
     mask_token: int = 3,
     metadata: dict[str, Any] | None = None,
@@ -652,7 +658,9 @@ def tiny_dflash_model(
     """A one-layer DFlash drafter (architecture "dflash") for a 32-wide target: one pass
     denoises a block [last, <mask>...]. `dspark`: DSpark, DFlash plus a Markov head (small
     random weights) that biases each position by the token before it; its block starts at the
-    last token's own slot (anchor-first).
+    last token's own slot (anchor-first). `selector`: DFlash2, whose selector walks each
+    position's top candidates (its convolutions pass their input through; the selector's
+    pairwise scores are small random ones, so the walk mostly follows the logits).
 
     Made so that a mask right after the last token guesses the target's bigram of that token:
     every token's key and query point one way (a rank-one projection on a direction v that all
@@ -712,6 +720,23 @@ def tiny_dflash_model(
         rank = 8
         w["markov_w1.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
         w["markov_w2.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+    extra: dict[str, Any] = {}
+    if selector:
+        kernel, group, rank, top_k = 2, 8, 4, 4
+        identity = np.zeros((2, kernel, n_embd))  # (side, tap, channel): tap 0 passes through
+        identity[:, 0, :] = 1.0
+        for site in ("attn", "ffn"):
+            w[f"blk.0.{site}_conv_base"] = identity
+            w[f"blk.0.{site}_conv_proj.weight"] = np.zeros((2 * kernel * (n_embd // group), n_embd))
+        w["selector_predecessor.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["selector_successor.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["selector_hidden.weight"] = rng.normal(0, 0.1, (rank, n_embd))
+        extra = {
+            "dflash.conv_kernel_size": kernel,
+            "dflash.conv_group_size": group,
+            "dflash.selector_rank": rank,
+            "dflash.selector_top_k": top_k,
+        }
     arch = "dflash"
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), arch)
@@ -719,6 +744,7 @@ def tiny_dflash_model(
         f"{arch}.target_layers": list(layers),
         f"{arch}.block_size": block_size,
         "tokenizer.ggml.mask_token_id": mask_token,
+        **extra,
         **(metadata or {}),
     }
     writer.add_name(f"tiny-{name}")
