@@ -408,7 +408,9 @@ QWEN35_SHAPES = {
 }
 
 
-def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_noise: float = 0.1) -> Path:
+def tiny_mtp_model(
+    name: str, *, seed: int, shape: QwenShape | None = None, mtp_noise: float = 0.1, part_of: str = ""
+) -> Path:
     """A small random-weight Qwen3.5 (arch "qwen35": gated-delta-net layers, every fourth one
     attention) with one multi-token-prediction ("nextn") block after its trunk, the layout of
     Qwen3.5/3.6's GGUFs: `block_count` counts the MTP block, `nextn_predict_layers` says how
@@ -420,8 +422,11 @@ def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_
     passes the token's embedding through plus `mtp_noise` times random weights: its guesses
     agree with the target's often but not always, so drafts are both accepted and rejected.
     `shape`: other dimensions (QWEN35_SHAPES: real-sized, random weights).
+    `part_of`: "trunk" writes the model without its MTP block, "heads" the MTP block alone (with
+    the embeddings and head: llama.cpp's `--mtp` export), the two halves of the same weights,
+    kept with the sidecars (the heads alone are a companion of the trunk).
     """
-    out = CACHE / f"tiny-{name}.gguf"
+    out = (SIDECARS if part_of else CACHE) / f"tiny-{name}.gguf"
     if out.exists():
         return out
     import gguf
@@ -499,14 +504,20 @@ def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_
     w[p + "nextn.eh_proj.weight"] = eh
     w[p + "nextn.enorm.weight"] = np.ones(n_embd)
     w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
+    shared = ("token_embd.weight", "output.weight", "output_norm.weight")
+    if part_of == "trunk":
+        w = {k: v for k, v in w.items() if not k.startswith(p)}
+    elif part_of == "heads":
+        w = {k: v for k, v in w.items() if k.startswith(p) or k in shared}
 
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), arch)
     writer.add_name(f"tiny-{name}")
     writer.add_context_length(4096)
     writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer + 1)
-    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_block_count(n_layer + (0 if part_of == "trunk" else 1))
+    if part_of != "trunk":
+        writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
@@ -796,3 +807,243 @@ def _finish_sidecar(
     for key, value in ints.items():
         writer.add_tensor(key, value)
     return _finish_tiny(writer, part, out, tok, tokens, types, floats)
+
+
+# ----------------------------------------------------------------------------- real shapes
+# Random-weight models at the shapes of real targets and their trained drafters, Q8_0, for
+# measuring what a draft step or block costs next to a target step (scripts/trained_cost.py).
+# Every layer of a model shares one set of random matrices (the same bytes written once per
+# layer): memory while writing stays one layer's; the file, and what each step reads, are
+# full-sized.
+
+
+@dataclass(frozen=True)
+class DenseShape:
+    """A dense transformer's dimensions (llama / qwen3 layout)."""
+
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_vocab: int
+    rope_base: float
+
+
+LLAMA31_8B = DenseShape(4096, 32, 14336, 32, 8, 128, 128256, 500000.0)
+QWEN3_8B = DenseShape(4096, 36, 12288, 32, 8, 128, 151936, 1000000.0)
+
+
+def _q8(rng: np.random.Generator, rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+    """A random rows x cols matrix (numpy order: out x in) as Q8_0 bytes, made in slices."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    parts = []
+    for start in range(0, rows, 8192):
+        n = min(8192, rows - start)
+        block = rng.normal(0, scale * cols**-0.5, (n, cols)).astype(np.float32)
+        parts.append(quantize(block, GGMLQuantizationType.Q8_0))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _padded_vocab(n_vocab: int) -> tuple[dict[str, object], list[str], list[int]]:
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    extra = n_vocab - len(tokens)
+    tokens += [f"<|unused_{i}|>" for i in range(extra)]
+    types += [gguf.TokenType.UNUSED] * extra
+    return tok, tokens, types
+
+
+def shaped_target(name: str, arch: str, shape: DenseShape, *, seed: int = 11) -> Path:
+    """A Q8_0 random-weight target of `arch` ("llama" or "qwen3", which adds q/k norms)."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = shape
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(seed)
+    embd = _q8(rng, sh.n_vocab, sh.n_embd, 0.5 * sh.n_embd**0.5)
+    head = _q8(rng, sh.n_vocab, sh.n_embd)
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    layer = {
+        "attn_q.weight": _q8(rng, q_out, sh.n_embd),
+        "attn_k.weight": _q8(rng, kv_out, sh.n_embd),
+        "attn_v.weight": _q8(rng, kv_out, sh.n_embd),
+        "attn_output.weight": _q8(rng, sh.n_embd, q_out, 0.03),
+        "ffn_gate.weight": _q8(rng, sh.n_ff, sh.n_embd),
+        "ffn_up.weight": _q8(rng, sh.n_ff, sh.n_embd),
+        "ffn_down.weight": _q8(rng, sh.n_embd, sh.n_ff, 0.03),
+    }
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(sh.n_embd)
+    writer.add_block_count(sh.n_layer)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tensor("token_embd.weight", embd, raw_dtype=q8)
+    writer.add_tensor("output.weight", head, raw_dtype=q8)
+    writer.add_tensor("output_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+    for i in range(sh.n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+        if arch == "qwen3":
+            writer.add_tensor(p + "attn_q_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+            writer.add_tensor(p + "attn_k_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        for key, value in layer.items():
+            writer.add_tensor(p + key, value, raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def shaped_eagle3(name: str, target: DenseShape, *, layers: tuple[int, int, int], draft_vocab: int) -> Path:
+    """A Q8_0 random-weight EAGLE-3 drafter for a `target`-shaped model: one decoder layer of
+    the target's width, its own LM head over a reduced vocabulary with d2t (as
+    yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: 32,000 tokens), the target's token embeddings."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = target
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(13)
+    e = sh.n_embd
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    arch = "eagle3"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(e)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    _add_metadata(writer, {f"{arch}.target_layers": list(layers), f"{arch}.target_hidden_size": e})
+    keep = np.sort(rng.choice(sh.n_vocab, draft_vocab, replace=False)).astype(np.int64)
+    writer.add_tensor("d2t", keep)
+    writer.add_tensor("fc.weight", _q8(rng, e, 3 * e), raw_dtype=q8)
+    writer.add_tensor("output.weight", _q8(rng, draft_vocab, e), raw_dtype=q8)
+    writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    p = "blk.0."
+    for key in ("attn_norm", "attn_norm_2", "ffn_norm"):
+        writer.add_tensor(p + key + ".weight", np.ones(e, dtype=np.float32))
+    for key, (rows, cols) in {
+        "attn_q": (q_out, 2 * e),
+        "attn_k": (kv_out, 2 * e),
+        "attn_v": (kv_out, 2 * e),
+        "attn_output": (e, q_out),
+        "ffn_gate": (sh.n_ff, e),
+        "ffn_up": (sh.n_ff, e),
+        "ffn_down": (e, sh.n_ff),
+    }.items():
+        writer.add_tensor(p + key + ".weight", _q8(rng, rows, cols), raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def shaped_dflash(
+    name: str, target: DenseShape, *, n_layer: int, layers: tuple[int, ...], block_size: int
+) -> Path:
+    """A Q8_0 random-weight DFlash drafter for a `target`-shaped model (as z-lab's conversions:
+    `n_layer` decoder layers of the target's width with q/k norms, the target's token
+    embeddings and LM head borrowed, `fc` fusing the rows of `layers`)."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = target
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(17)
+    e = sh.n_embd
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    layer = {
+        "attn_q.weight": _q8(rng, q_out, e),
+        "attn_k.weight": _q8(rng, kv_out, e),
+        "attn_v.weight": _q8(rng, kv_out, e),
+        "attn_output.weight": _q8(rng, e, q_out),
+        "ffn_gate.weight": _q8(rng, sh.n_ff, e),
+        "ffn_up.weight": _q8(rng, sh.n_ff, e),
+        "ffn_down.weight": _q8(rng, e, sh.n_ff),
+    }
+    arch = "dflash"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(e)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    mask = len(tokens) - 1  # an unused token
+    _add_metadata(
+        writer,
+        {
+            f"{arch}.target_layers": list(layers),
+            f"{arch}.block_size": block_size,
+            "tokenizer.ggml.mask_token_id": mask,
+        },
+    )
+    writer.add_tensor("fc.weight", _q8(rng, e, len(layers) * e), raw_dtype=q8)
+    writer.add_tensor("enc.output_norm.weight", np.ones(e, dtype=np.float32))
+    writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        for key in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(p + key + ".weight", np.ones(e, dtype=np.float32))
+        writer.add_tensor(p + "attn_q_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        writer.add_tensor(p + "attn_k_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        for key, value in layer.items():
+            writer.add_tensor(p + key, value, raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def _write_shaped(
+    writer: Any, part: Path, out: Path, tok: dict[str, object], tokens: list[str], types: list[int]
+) -> Path:
+    import gguf
+
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    part.replace(out)
+    return out

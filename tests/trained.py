@@ -19,6 +19,16 @@ def hybrid_target() -> Path:
     return model_files.tiny_mtp_model("qwen35-mtp", seed=7)
 
 
+def hybrid_trunk() -> Path:
+    """The hybrid target's trunk alone (no MTP block): its heads ship beside it (mtp_heads)."""
+    return model_files.tiny_mtp_model("qwen35-mtp-trunk", seed=7, part_of="trunk")
+
+
+def mtp_heads() -> Path:
+    """The hybrid target's MTP block alone, with its embeddings and head (`mtp-*.gguf`)."""
+    return model_files.tiny_mtp_model("qwen35-mtp-heads", seed=7, part_of="heads")
+
+
 def eagle3() -> Path:
     return model_files.tiny_eagle3_model("eagle3-a", seed=3, noise=0.1)
 

@@ -1,11 +1,12 @@
-"""A target's companions: the trained drafters shipped beside it (EAGLE-3, DFlash and DSpark
-GGUFs; engine/sidecar.py says what they are).
+"""A target's companions: the drafters shipped beside it (EAGLE-3, DFlash and DSpark GGUFs, and
+its MTP heads in a file of their own; engine/sidecar.py says what they are).
 
 ggml-org's conversions put them in the target's repository as `eagle3-*.gguf`, `dflash-*.gguf`,
 `dspark-*.gguf` (and `mtp-*.gguf`: the target's own heads in a file of their own), so they are
 looked for in the target's folder and, for a file in the Hugging Face cache, in every snapshot
 of its repository (a companion downloaded later lands in a newer one). A GGUF there is a
-companion when its header says it is an EAGLE-3 or DFlash drafter; it is offered when its
+companion when its header says it is an EAGLE-3 or DFlash drafter or MTP heads without a
+trunk; it is offered when its
 header also matches the target's (width, layers: sidecar.check_sidecar), and listed with the
 reason otherwise. Only headers are read.
 """
@@ -18,19 +19,20 @@ from pathlib import Path
 
 from tandem.engine.errors import TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.sidecar import DFLASH, EAGLE3, check_sidecar, kind_from_name, read_facts, sidecar_kind
+from tandem.engine.sidecar import DFLASH, EAGLE3, MTP, check_sidecar, kind_from_name, read_facts, sidecar_kind
 
 # Which kind is offered first when a target has several (auto then drafts with that one):
-# EAGLE-3's single layer is the cheapest step, DFlash's block the cheapest pass.
-PREFERENCE = (EAGLE3, DFLASH)
+# EAGLE-3's single layer is the cheapest step, DFlash's block the cheapest pass; MTP heads in a
+# file of their own are the target's own heads.
+PREFERENCE = (EAGLE3, DFLASH, MTP)
 
-KIND_LABELS = {EAGLE3: "EAGLE-3 drafter", DFLASH: "DFlash drafter", "mtp": "MTP heads"}
+KIND_LABELS = {EAGLE3: "EAGLE-3 drafter", DFLASH: "DFlash drafter", MTP: "MTP heads"}
 
 
 @dataclass(frozen=True)
 class Companion:
     path: Path
-    kind: str  # the drafter kind that drafts with it: "eagle3", "dflash" ("mtp": not loadable)
+    kind: str  # the drafter kind that drafts with it: "eagle3", "dflash", "mtp" (heads alone)
     label: str  # "EAGLE-3 drafter", "DSpark drafter"...
     problem: str = ""  # why it cannot draft for this target; "" when it can
 
@@ -64,10 +66,7 @@ def companions_of(target: Path, *, header: Header = read_gguf) -> list[Companion
             continue
         kind = sidecar_kind(info)
         if kind is None:
-            if named == "mtp" and info.mtp_layers > 0:
-                why = "Tandem runs MTP heads from the target's own file only"
-                found.append(Companion(path, "mtp", KIND_LABELS["mtp"], why))
-            elif named is not None:
+            if named is not None:
                 found.append(Companion(path, named, KIND_LABELS[named], f"it is a {info.architecture} model"))
             continue
         try:
@@ -103,7 +102,7 @@ def draft_label(filename: str, path: Path | None = None) -> str:
             except TandemError:
                 return KIND_LABELS[sidecar_kind(info) or EAGLE3]
     kind = kind_from_name(filename)
-    return KIND_LABELS[kind] if kind in (EAGLE3, DFLASH) else ""
+    return KIND_LABELS[kind] if kind is not None else ""
 
 
 def _beside(target: Path) -> list[Path]:

@@ -151,7 +151,7 @@ def models(args: ModelsOptions) -> int:
     with_trained = [m for m in found if trained.get(m.path)]
     if with_trained:
         print(
-            "EAGLE-3, DFlash, DSpark: trained drafters shipped beside their target (its folder or "
+            "EAGLE-3, DFlash, DSpark, MTP: drafters shipped beside their target (its folder or "
             "repository);\n"
             "the target alone finds them, e.g. tandem run --target "
             f'{shlex.quote(str(with_trained[0].path))} "..."'

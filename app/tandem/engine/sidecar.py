@@ -27,6 +27,9 @@ from .gguf_info import GGUFInfo, TensorInfo
 EAGLE3 = "eagle3"  # the GGUF architecture, and the drafter kind's name
 DFLASH = "dflash"
 SIDECAR_ARCHS = (EAGLE3, DFLASH)
+# The target's own MTP heads exported as a file of their own (llama.cpp's converter, --mtp):
+# the target's architecture, its MTP block(s), embeddings and head, no trunk.
+MTP = "mtp"
 
 # DFlash draws a block [last, <mask> x (B - 1)]: at least one mask; real drafters use 7-16.
 MIN_BLOCK_SIZE = 2
@@ -64,7 +67,7 @@ OUTPUT_TAP_ARCHS = frozenset({"deepseek4", "mimo2", "nemotron_h"})
 
 # File-name prefixes of companions in a target's folder (llama.cpp's downloader and presets use
 # the same), and the kind each names ("mtp": the target's heads in a file of their own).
-COMPANION_PREFIXES = {"eagle3-": EAGLE3, "dflash-": DFLASH, "dspark-": DFLASH, "mtp-": "mtp"}
+COMPANION_PREFIXES = {"eagle3-": EAGLE3, "dflash-": DFLASH, "dspark-": DFLASH, "mtp-": MTP}
 
 _I64 = 27  # ggml's GGML_TYPE_I64, the type llama.cpp requires of d2t
 _MAX_D2T = 1 << 20  # entries of d2t read to check them (real ones: 32,000)
@@ -88,8 +91,8 @@ class SidecarFacts:
 
     @property
     def label(self) -> str:
-        """For people: "EAGLE-3 drafter", "DSpark drafter"."""
-        return f"{self.variant} drafter"
+        """For people: "EAGLE-3 drafter", "DSpark drafter", "MTP heads"."""
+        return "MTP heads" if self.kind == MTP else f"{self.variant} drafter"
 
     @property
     def max_draft(self) -> int:
@@ -101,9 +104,18 @@ class SidecarFacts:
 
 
 def sidecar_kind(info: GGUFInfo) -> str | None:
-    """EAGLE3 or DFLASH when the file is such a drafter (its architecture says), else None."""
+    """EAGLE3 or DFLASH when the file is such a drafter (its architecture says), MTP for MTP
+    heads without a trunk, else None (a model)."""
     arch = info.architecture
-    return arch if arch in SIDECAR_ARCHS else None
+    if arch in SIDECAR_ARCHS:
+        return arch
+    return MTP if mtp_only(info) else None
+
+
+def mtp_only(info: GGUFInfo) -> bool:
+    """Whether the file holds a model's MTP heads and not its trunk (llama.cpp loads such a file
+    when its first layer's weights are absent)."""
+    return info.mtp_layers > 0 and not any(t.name == "blk.0.attn_norm.weight" for t in info.tensors)
 
 
 def kind_from_name(filename: str) -> str | None:
@@ -119,6 +131,9 @@ def read_facts(info: GGUFInfo) -> SidecarFacts:
     kind = sidecar_kind(info)
     if kind is None:
         raise ModelFileError(f"{info.path.name} is not an EAGLE-3 or DFlash drafter ({info.architecture})")
+    if kind == MTP:
+        width = _positive(info, f"{info.architecture}.embedding_length") or 0
+        return SidecarFacts(MTP, "MTP", (), width, width)
     what = "EAGLE-3" if kind == EAGLE3 else "DFlash"
 
     def bad(reason: str) -> ModelFileError:
@@ -167,8 +182,10 @@ def target_problems(target: GGUFInfo, facts: SidecarFacts) -> list[str]:
     """Why a sidecar with these facts cannot draft for `target`, as short phrases."""
     arch = target.architecture
     name = target.path.name
-    if arch in SIDECAR_ARCHS:
-        return [f"{name} is itself a trained drafter, not a model to draft for"]
+    if arch in SIDECAR_ARCHS or mtp_only(target):
+        return [f"{name} is itself a drafter, not a model to draft for"]
+    if facts.kind == MTP:
+        return _mtp_problems(target, facts)
     problems: list[str] = []
     width = _positive(target, f"{arch}.embedding_length")
     if width is not None and facts.target_hidden != width:
@@ -186,15 +203,23 @@ def target_problems(target: GGUFInfo, facts: SidecarFacts) -> list[str]:
     return problems
 
 
+def _mtp_problems(target: GGUFInfo, facts: SidecarFacts) -> list[str]:
+    """MTP heads in a file of their own: the target's architecture, width and trunk, and a
+    target without heads of its own (it would draft with those)."""
+    return [] if not target.mtp_layers else [f"{target.path.name} carries MTP heads of its own"]
+
+
 def check_sidecar(target: GGUFInfo, sidecar: GGUFInfo) -> SidecarFacts:
     """Whether `sidecar` can draft for `target`, from both headers: its facts, or
     ModelFileError (a header unusable as a drafter) / IncompatiblePairError (another target's,
     or another tokenizer) with one line."""
     facts = read_facts(sidecar)
     problems = target_problems(target, facts)
+    if facts.kind == MTP and not problems:
+        problems = _same_model(target, sidecar)
     if problems:
         raise IncompatiblePairError(
-            f"{sidecar.path.name} is {article(facts.label)} {facts.label} for another target: "
+            f"{sidecar.path.name} is {described(facts.label)} for another target: "
             f"{'; '.join(problems)}. "
             "Use the one trained for this model (it ships beside it, in the same repository)."
         )
@@ -203,21 +228,43 @@ def check_sidecar(target: GGUFInfo, sidecar: GGUFInfo) -> SidecarFacts:
     return facts
 
 
+def _same_model(target: GGUFInfo, heads: GGUFInfo) -> list[str]:
+    """MTP heads are a block of the model they were exported from: the same architecture, width
+    and trunk."""
+    problems: list[str] = []
+    if heads.architecture != target.architecture:
+        name, arch = target.path.name, target.architecture
+        problems.append(f"they are {heads.architecture} heads, and {name} is a {arch} model")
+        return problems
+    arch = target.architecture
+    for key, what in (("embedding_length", "wide"), ("block_count", "layers deep")):
+        mine = _positive(heads, f"{arch}.{key}")
+        theirs = _positive(target, f"{arch}.{key}")
+        if key == "block_count" and mine is not None:
+            mine -= heads.mtp_layers  # (the trunk they follow)
+        if mine is not None and theirs is not None and mine != theirs:
+            problems.append(f"they follow a trunk {mine} {what}, and {target.path.name} is {theirs} {what}")
+    return problems
+
+
 def refuse_as_target(info: GGUFInfo) -> None:
     """A sidecar given as the model to chat with: one line saying what to do instead."""
     kind = sidecar_kind(info)
     if kind is None:
         return
-    what = "an EAGLE-3" if kind == EAGLE3 else "a DFlash"
+    what = {EAGLE3: "an EAGLE-3 drafter", DFLASH: "a DFlash drafter", MTP: "a model's MTP heads alone"}[kind]
     raise IncompatiblePairError(
-        f"{info.path.name} is {what} drafter, not a model to chat with: give it as the draft "
-        "(--draft) beside the target it was trained for"
+        f"{info.path.name} is {what}, not a model to chat with: give it as the draft "
+        "(--draft) beside the target it was made for"
     )
 
 
-def article(label: str) -> str:
-    """ "an" before "EAGLE-3 drafter", "a" before "DFlash drafter"."""
-    return "an" if label[:1] in "AEIOU" else "a"
+def described(label: str) -> str:
+    """A drafter's label as a sentence names it: "an EAGLE-3 drafter", "a DFlash drafter",
+    "MTP heads"."""
+    if label.endswith("heads"):
+        return label
+    return ("an " if label[:1] in "AEIOU" else "a ") + label
 
 
 def _positive(info: GGUFInfo, key: str) -> int | None:

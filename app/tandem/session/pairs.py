@@ -124,6 +124,9 @@ class DraftNeeds:
     # It drafts with a trained drafter of this kind beside the target ("eagle3", "dflash"),
     # given as the draft file or found beside the target, and only with it; "": not asked.
     need_sidecar: str = ""
+    # A draft file that is a drafter of a kind it uses is kept even where a draft model would
+    # not be (the MTP heads alone, for --drafter mtp).
+    use_sidecar: bool = False
 
     @classmethod
     def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
@@ -136,6 +139,7 @@ class DraftNeeds:
             need_draft=Needs.DRAFT_MODEL in needs,
             need_heads=Needs.HEADS in needs,
             need_sidecar=sidecars[0] if sidecars else "",
+            use_sidecar=any(s.load_sidecar is not None for c in choices for s in registry.chosen(c)),
         )
 
     @classmethod
@@ -173,17 +177,31 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             "with --drafter lookup (or run the target alone with --baseline)"
         )
     target = request.target.expanduser()
-    draft = request.draft.expanduser() if request.draft is not None and needs.use_draft else None
-    if draft is None and needs.use_draft and not needs.need_draft:
-        # No draft named: a trained drafter shipped beside the target drafts (auto, or the
-        # kind asked for), as llama.cpp's downloader pairs `eagle3-*` files with their model.
+    draft = request.draft.expanduser() if request.draft is not None else None
+    if draft is not None and not needs.use_draft and not (needs.use_sidecar and _is_drafter_file(draft)):
+        draft = None  # (a draft model the chosen drafter does not use)
+    if draft is None and (needs.use_draft or needs.need_heads) and not needs.need_draft:
+        # No draft named: a drafter shipped beside the target drafts (auto, or the kind asked
+        # for), as llama.cpp's downloader pairs `eagle3-*` and `mtp-*` files with their model.
         from tandem.catalog import usable_companion
 
-        found = usable_companion(target, needs.need_sidecar or None)
+        kind = needs.need_sidecar or ("mtp" if needs.need_heads else None)
+        found = usable_companion(target, kind)
         if found is not None:
             note = f"drafting with {found.path.name}, the {found.label} found beside {target.name}"
             return PairRef(target, found.path, found=note)
     return PairRef(target, draft)
+
+
+def _is_drafter_file(path: Path) -> bool:
+    """Whether `path` is a drafter in a file of its own (EAGLE-3, DFlash, MTP heads alone)."""
+    from tandem.engine.gguf_file import read_gguf
+    from tandem.engine.sidecar import sidecar_kind
+
+    try:
+        return sidecar_kind(read_gguf(path, check_data=False)) is not None
+    except TandemError:
+        return True  # (kept: the preflight says what is wrong with it)
 
 
 def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:

@@ -21,7 +21,7 @@ from tandem.engine.compat import check_pair
 from tandem.engine.drafters import registry
 from tandem.engine.errors import IncompatiblePairError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.sidecar import article, check_sidecar, read_facts, refuse_as_target, sidecar_kind
+from tandem.engine.sidecar import MTP, check_sidecar, described, read_facts, refuse_as_target, sidecar_kind
 
 if TYPE_CHECKING:
     from tandem.catalog.fit import FitVerdict
@@ -64,7 +64,8 @@ def preflight(
         check_pair(target, draft)
     if needs.need_sidecar and (draft is None or sidecar_kind(draft) != needs.need_sidecar):
         raise TandemError(_no_sidecar_message(ref, draft, needs.need_sidecar))
-    if needs.need_heads:
+    heads_file = draft is not None and sidecar_kind(draft) == MTP  # (the heads in a file of their own)
+    if needs.need_heads and not heads_file:
         if target.mtp_layers == 0:
             raise TandemError(no_heads_message(ref.target.name, remedy))
         if not mtp.supported():
@@ -80,7 +81,7 @@ def _check_trained(target: GGUFInfo, draft: GGUFInfo, needs: DraftNeeds) -> None
     name = draft.path.name
     if needs.need_draft:
         raise IncompatiblePairError(
-            f"{name} is {article(facts.label)} {facts.label}, not a draft model: draft with it "
+            f"{name} is {described(facts.label)}, not a draft model: draft with it "
             f"(--drafter {facts.kind}, or auto)"
         )
     if not sidecar_model.supported():
@@ -93,7 +94,7 @@ def _no_sidecar_message(ref: PairRef, draft: GGUFInfo | None, kind: str) -> str:
     if draft is not None and (other := sidecar_kind(draft)) is not None:
         theirs = read_facts(draft).label
         name = draft.path.name
-        return f"{name} is {article(theirs)} {theirs}, not {article(label)} {label}: use --drafter {other}"
+        return f"{name} is {described(theirs)}, not {described(label)}: use --drafter {other}"
     what = "none was given or found beside it"
     if ref.draft is not None:
         what = f"{ref.draft.name} is a draft model"

@@ -58,8 +58,12 @@ def uses_draft_file(choice: str) -> bool:
 
 
 def sidecar_spec(info: GGUFInfo) -> DrafterSpec | None:
-    """The kind whose trained drafter a GGUF is (its architecture says), or None: a model."""
-    return next((s for s in KINDS if info.architecture in s.sidecar_archs), None)
+    """The kind whose drafter file a GGUF is (its architecture says, or its layout: the MTP heads
+    alone), or None: a model."""
+    for s in KINDS:
+        if info.architecture in s.sidecar_archs or (s.sidecar_claims is not None and s.sidecar_claims(info)):
+            return s
+    return None
 
 
 def attach_sidecar(target: LoadedModel, path: Path, info: GGUFInfo) -> None:

@@ -164,3 +164,6 @@ class DrafterSpec:
     # listeners (sidecar.py checks the file against the target first).
     sidecar_archs: tuple[str, ...] = field(default=())
     load_sidecar: Callable[[LoadedModel, Path, GGUFInfo], object] | None = None
+    # Whether a file of another architecture is one it loads (the MTP heads alone: the target's
+    # own architecture, no trunk).
+    sidecar_claims: Callable[[GGUFInfo], bool] | None = None
