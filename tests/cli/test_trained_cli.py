@@ -90,6 +90,8 @@ def test_the_target_alone_drafts_with_what_ships_beside_it(
     assert "note: drafting with eagle3-tiny.gguf, the EAGLE-3 drafter found beside tiny-target.gguf" in err
     assert auto["text"] == alone["text"]
     assert auto["stats"]["drafters"]["eagle3"]["drafted"] > 0 and auto["stats"]["eagle3_rounds"] > 0
+    drafter_bytes = (folder.parent / "eagle3-tiny.gguf").stat().st_size
+    assert auto["memory"]["model_file_bytes"] == folder.stat().st_size + drafter_bytes
     assert main([*base, "--drafter", "dflash", "--no-adaptive", "--draft-max", "3", PROMPT]) == 0
     block: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert block["text"] == alone["text"] and block["stats"]["drafters"]["dflash"]["accepted"] > 0

@@ -138,7 +138,9 @@ def run(opts: RunOptions) -> int:
             files = [pair.target] + ([pair.draft] if pair.draft else [])
             result["memory"] = {
                 "peak_rss_bytes": peak_rss_bytes(),
-                "model_file_bytes": sum(m.path.stat().st_size for m in files),
+                # (a trained drafter given as the draft file counts with the models)
+                "model_file_bytes": sum(m.path.stat().st_size for m in files)
+                + (pair.sidecar.stat().st_size if pair.sidecar is not None else 0),
                 "kv_cache_bytes": sum(m.kv_cache_bytes() for m in files),
             }
             print(json.dumps(result, ensure_ascii=False))

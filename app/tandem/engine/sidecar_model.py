@@ -148,7 +148,7 @@ class SidecarModel:
         self.mem = llama_cpp.llama_get_memory(self._ctx)
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self.n_vocab = target.n_vocab
-        self._pos = ctypes.c_int32(0)
+        self._pos = (ctypes.c_int32 * 4)(0, 0, 0, 0)
         self._tapped = False
 
     @property
@@ -240,8 +240,11 @@ class SidecarModel:
         return idx
 
     def _set_pos(self, idx: int, pos: int) -> None:
-        self._pos.value = pos
-        llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(self._pos))
+        # Four values: llama.cpp reads as many as the model has per embedding entry (M-RoPE
+        # drafters of Qwen3.5-style targets: the temporal position thrice, then 0), one for a
+        # token entry.
+        self._pos[0] = self._pos[1] = self._pos[2] = pos
+        llama_cpp.llama_batch_ext_set_pos(self._batch, idx, self._pos)
 
     def _check(self, idx: int) -> None:
         if idx < 0:
