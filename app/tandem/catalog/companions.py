@@ -86,23 +86,19 @@ def usable_companion(target: Path, kind: str | None = None) -> Companion | None:
 
 
 def draft_label(filename: str, path: Path | None = None) -> str:
-    """What a catalog pair's draft file is when it is a trained drafter ("EAGLE-3 drafter",
-    "DSpark drafter": from its header once downloaded, else from its name); "" for a draft
-    model."""
+    """What a catalog pair's draft file is when its name says it is a drafter of its own
+    (`eagle3-...`, `dflash-...`, `dspark-...`, `mtp-...`): "EAGLE-3 drafter", "DSpark drafter"
+    (from its header once downloaded, else from the name); "" for a draft model. (Curated
+    names: the headers of every downloaded draft are not read for `tandem pairs`.)"""
+    kind = kind_from_name(filename)
+    if kind is None:
+        return ""
     if path is not None:
         try:
-            info = read_gguf(path, check_data=False)
+            return read_facts(read_gguf(path, check_data=False)).label
         except TandemError:
-            info = None
-        if info is not None:
-            if sidecar_kind(info) is None:
-                return ""
-            try:
-                return read_facts(info).label
-            except TandemError:
-                return KIND_LABELS[sidecar_kind(info) or EAGLE3]
-    kind = kind_from_name(filename)
-    return KIND_LABELS[kind] if kind is not None else ""
+            pass  # (not what its name says, or unreadable: the preflight will say)
+    return KIND_LABELS[kind]
 
 
 def _beside(target: Path) -> list[Path]:
