@@ -487,7 +487,9 @@ QWEN35_SHAPES = {
 }
 
 
-def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_noise: float = 0.1) -> Path:
+def tiny_mtp_model(
+    name: str, *, seed: int, shape: QwenShape | None = None, mtp_noise: float = 0.1, part_of: str = ""
+) -> Path:
     """A small random-weight Qwen3.5 (arch "qwen35": gated-delta-net layers, every fourth one
     attention) with one multi-token-prediction ("nextn") block after its trunk, the layout of
     Qwen3.5/3.6's GGUFs: `block_count` counts the MTP block, `nextn_predict_layers` says how
@@ -499,8 +501,11 @@ def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_
     passes the token's embedding through plus `mtp_noise` times random weights: its guesses
     agree with the target's often but not always, so drafts are both accepted and rejected.
     `shape`: other dimensions (QWEN35_SHAPES: real-sized, random weights).
+    `part_of`: "trunk" writes the model without its MTP block, "heads" the MTP block alone (with
+    the embeddings and head: llama.cpp's `--mtp` export), the two halves of the same weights,
+    kept with the sidecars (the heads alone are a companion of the trunk).
     """
-    out = CACHE / f"tiny-{name}.gguf"
+    out = (SIDECARS if part_of else CACHE) / f"tiny-{name}.gguf"
     if out.exists():
         return out
     import gguf
@@ -578,14 +583,20 @@ def tiny_mtp_model(name: str, *, seed: int, shape: QwenShape | None = None, mtp_
     w[p + "nextn.eh_proj.weight"] = eh
     w[p + "nextn.enorm.weight"] = np.ones(n_embd)
     w[p + "nextn.hnorm.weight"] = np.ones(n_embd)
+    shared = ("token_embd.weight", "output.weight", "output_norm.weight")
+    if part_of == "trunk":
+        w = {k: v for k, v in w.items() if not k.startswith(p)}
+    elif part_of == "heads":
+        w = {k: v for k, v in w.items() if k.startswith(p) or k in shared}
 
     part = _atomic_target(out)
     writer = gguf.GGUFWriter(str(part), arch)
     writer.add_name(f"tiny-{name}")
     writer.add_context_length(4096)
     writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer + 1)
-    writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    writer.add_block_count(n_layer + (0 if part_of == "trunk" else 1))
+    if part_of != "trunk":
+        writer.add_uint32(f"{arch}.nextn_predict_layers", 1)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
@@ -729,6 +740,503 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
     writer.add_eos_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_chat_template(str(tok["template"]))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    part.replace(out)
+    return out
+
+
+# ----------------------------------------------------------------------------- trained drafters
+# EAGLE-3 and DFlash sidecars read the target's hidden rows at a few of its layers. These tiny
+# ones are built for the tiny targets above whose embedding and output head are the shared
+# random tables (_SHARED_HEAD_SEED, n_embd 32: tiny_stateful_model's "llama" and tiny_mtp_model's
+# qwen35), so that their guesses agree with the target's often but not always. They have no
+# token embeddings or head of their own (as real conversions): llama.cpp lends them the
+# target's (ctx_other), except where a variant says otherwise. They are kept in a folder of
+# their own: beside their targets, a target given alone would find them (companions).
+SIDECARS = CACHE / "sidecars"
+
+
+def tiny_eagle3_model(
+    name: str,
+    *,
+    seed: int,
+    noise: float = 0.3,
+    layers: tuple[int, ...] = (0, 1, 2),
+    d2t_keep: float | None = None,
+    d2t_shift: int = 0,
+    own_head: bool = True,
+    n_embd: int = 32,
+    target_hidden: int = 32,
+    block_count: int = 1,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """A one-layer EAGLE-3 drafter (architecture "eagle3") for a 32-wide target.
+
+    Its attention looks at the entry's own token (queries and keys are a scaled copy of the
+    token's normalised embedding, so an entry scores itself far above any other) and passes
+    that embedding on; the residual adds `noise` times the normalised g (its norm_before_residual
+    mode): the fused target rows (`fc`, random weights) at a first step, its own previous row at
+    the next ones. Its logits are the target's head on the sum: the target's bigram guess of
+    the entry's token, perturbed by g, so that drafts agree with the target often but not always,
+    at every step of a draft.
+
+    d2t_keep: a reduced draft vocabulary of that share of the target's (its own LM head, the
+    target's head rows at those ids, and the `d2t` table mapping each row to its target id).
+    Crafted variants: `d2t_shift` added to every d2t id, `own_head=False` leaves its LM head
+    out; `metadata`: keys written as given, in place of the usual ones (None: left out)."""
+    out = SIDECARS / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    n_head, head_dim, n_ff = 2, n_embd // 2, 4 * n_embd
+    eye = np.eye(n_embd)
+    zeros = np.zeros((n_embd, n_embd))
+    q_scale = 3.0  # self-attention dominates: score 4 * q_scale**2 against about q_scale**2
+    w: dict[str, np.ndarray] = {
+        "fc.weight": rng.normal(
+            0, (len(layers) * target_hidden) ** -0.5, (n_embd, len(layers) * target_hidden)
+        ),
+        "output_norm.weight": np.ones(n_embd),
+    }
+    for i in range(block_count):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(n_embd)
+        w[p + "attn_norm_2.weight"] = np.full(n_embd, noise)
+        w[p + "attn_q.weight"] = q_scale * np.hstack([eye, zeros])  # [embedding ; g] -> embedding
+        w[p + "attn_k.weight"] = q_scale * np.hstack([eye, zeros])
+        w[p + "attn_v.weight"] = np.hstack([eye, zeros])
+        w[p + "attn_output.weight"] = eye
+        w[p + "ffn_norm.weight"] = np.ones(n_embd)
+        w[p + "ffn_gate.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+        w[p + "ffn_up.weight"] = rng.normal(0, n_embd**-0.5, (n_ff, n_embd))
+        w[p + "ffn_down.weight"] = rng.normal(0, 0.03 * n_ff**-0.5, (n_embd, n_ff))
+    if d2t_keep is not None:
+        keep = np.sort(rng.choice(n_vocab, int(n_vocab * d2t_keep), replace=False))
+        head = np.random.default_rng(_SHARED_HEAD_SEED)
+        head.normal(0, 0.5, (n_vocab, 32))  # (the shared embedding table: drawn first)
+        rows = head.normal(0, 0.5, (n_vocab, 32))[keep]
+        if own_head:
+            w["output.weight"] = rows
+        w["d2t"] = (keep + d2t_shift).astype(np.int64)
+    arch = "eagle3"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    meta: dict[str, Any] = {
+        f"{arch}.target_layers": list(layers),
+        f"{arch}.target_hidden_size": target_hidden,
+        f"{arch}.norm_before_residual": True,
+        **(metadata or {}),
+    }
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(block_count)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    _add_metadata(writer, meta)
+    return _finish_sidecar(writer, part, out, tok, tokens, types, w)
+
+
+def tiny_dflash_model(
+    name: str,
+    *,
+    seed: int,
+    layers: tuple[int, ...] = (1, 2),
+    block_size: int = 4,
+    dspark: bool = False,
+    selector: bool = False,
+    feature_noise: float = 0.05,
+    mask_token: int = 3,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """A one-layer DFlash drafter (architecture "dflash") for a 32-wide target: one pass
+    denoises a block [last, <mask>...]. `dspark`: DSpark, DFlash plus a Markov head (small
+    random weights) that biases each position by the token before it; its block starts at the
+    last token's own slot (anchor-first). `selector`: DFlash2, whose selector walks each
+    position's top candidates (its convolutions pass their input through; the selector's
+    pairwise scores are small random ones, so the walk mostly follows the logits).
+
+    Made so that a mask right after the last token guesses the target's bigram of that token:
+    every token's key and query point one way (a rank-one projection on a direction v that all
+    of its own embeddings lean towards), shaped with RoPE so that a query scores the key one
+    position before it far above the rest; values drop v, so a mask passes nothing on and the
+    last token passes its embedding. The target's rows (`fc`, `feature_noise` times random
+    weights) are injected into its cache with small keys: they matter a little. Its own token
+    embeddings are the target's plus v (the mask token's is v alone) and its own head is the
+    target's. Later masks mostly guess wrong: both accepted and rejected drafts."""
+    out = SIDECARS / f"tiny-{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    n_vocab = len(tokens)
+    n_embd, n_head, head_dim, n_ff = 32, 2, 16, 128
+    half = head_dim // 2
+    shared = np.random.default_rng(_SHARED_HEAD_SEED)
+    embd = shared.normal(0, 0.5, (n_vocab, n_embd))
+    head = shared.normal(0, 0.5, (n_vocab, n_embd))
+    rng = np.random.default_rng(seed)
+    v = rng.normal(0, 1, n_embd)
+    v /= np.linalg.norm(v)
+    own = embd + 3.0 * v  # every token leans towards v (|v . e| < 3 for all of them)
+    own[mask_token] = 3.0 * v
+    # Per head: a query of ones on each rotary pair's first half; a key at angle theta_p on
+    # pair p, so that q . R(j - i) k peaks at j - i = -1 (NEOX pairs: dims p and p + half).
+    theta = 10000.0 ** (-np.arange(half) / half)
+    q_pattern = np.concatenate([np.ones(half), np.zeros(half)])
+    # (DSpark guesses from the last token's own slot: there a query scores its own key.)
+    shift = 0.0 if dspark else 1.0
+    k_pattern = np.concatenate([np.cos(shift * theta), np.sin(shift * theta)])
+    proj_out = np.eye(n_embd) - np.outer(v, v)  # values drop v
+    w: dict[str, np.ndarray] = {
+        "token_embd.weight": own,
+        "output.weight": head,
+        "fc.weight": feature_noise
+        * rng.normal(0, (len(layers) * n_embd) ** -0.5, (n_embd, len(layers) * n_embd)),
+        "enc.output_norm.weight": np.ones(n_embd),
+        "output_norm.weight": np.ones(n_embd),
+        "blk.0.attn_norm.weight": np.ones(n_embd),
+        "blk.0.attn_q.weight": np.outer(np.tile(q_pattern, n_head), v),
+        "blk.0.attn_k.weight": np.outer(np.tile(k_pattern, n_head), v),
+        "blk.0.attn_v.weight": proj_out,
+        "blk.0.attn_output.weight": 10.0 * np.eye(n_embd),
+        "blk.0.attn_q_norm.weight": np.full(head_dim, 7.0),
+        "blk.0.attn_k_norm.weight": np.full(head_dim, 7.0),
+        "blk.0.ffn_norm.weight": np.ones(n_embd),
+        "blk.0.ffn_gate.weight": rng.normal(0, n_embd**-0.5, (n_ff, n_embd)),
+        "blk.0.ffn_up.weight": rng.normal(0, n_embd**-0.5, (n_ff, n_embd)),
+        "blk.0.ffn_down.weight": rng.normal(0, 0.03 * n_ff**-0.5, (n_embd, n_ff)),
+    }
+    if dspark:
+        rank = 8
+        w["markov_w1.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["markov_w2.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+    extra: dict[str, Any] = {}
+    if selector:
+        kernel, group, rank, top_k = 2, 8, 4, 4
+        identity = np.zeros((2, kernel, n_embd))  # (side, tap, channel): tap 0 passes through
+        identity[:, 0, :] = 1.0
+        for site in ("attn", "ffn"):
+            w[f"blk.0.{site}_conv_base"] = identity
+            w[f"blk.0.{site}_conv_proj.weight"] = np.zeros((2 * kernel * (n_embd // group), n_embd))
+        w["selector_predecessor.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["selector_successor.weight"] = rng.normal(0, 0.1, (n_vocab, rank))
+        w["selector_hidden.weight"] = rng.normal(0, 0.1, (rank, n_embd))
+        extra = {
+            "dflash.conv_kernel_size": kernel,
+            "dflash.conv_group_size": group,
+            "dflash.selector_rank": rank,
+            "dflash.selector_top_k": top_k,
+        }
+    arch = "dflash"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    meta: dict[str, Any] = {
+        f"{arch}.target_layers": list(layers),
+        f"{arch}.block_size": block_size,
+        "tokenizer.ggml.mask_token_id": mask_token,
+        **extra,
+        **(metadata or {}),
+    }
+    writer.add_name(f"tiny-{name}")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    _add_metadata(writer, meta)
+    return _finish_sidecar(writer, part, out, tok, tokens, types, w)
+
+
+def _add_metadata(writer: Any, meta: dict[str, Any]) -> None:
+    """Keys by the Python type of their value: ints as u32 (lists of ints: i32 arrays, as
+    llama.cpp's converter writes them), None: left out."""
+    for key, value in meta.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value) if value >= 0 else writer.add_int32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_array(key, list(value))
+
+
+def _finish_sidecar(
+    writer: Any,
+    part: Path,
+    out: Path,
+    tok: dict[str, object],
+    tokens: list[str],
+    types: list[int],
+    tensors: dict[str, np.ndarray],
+) -> Path:
+    """As _finish_tiny, keeping integer tensors (d2t) as they are."""
+    ints = {k: v for k, v in tensors.items() if v.dtype.kind == "i"}
+    floats = {k: v for k, v in tensors.items() if k not in ints}
+    for key, value in ints.items():
+        writer.add_tensor(key, value)
+    return _finish_tiny(writer, part, out, tok, tokens, types, floats)
+
+
+# ----------------------------------------------------------------------------- real shapes
+# Random-weight models at the shapes of real targets and their trained drafters, Q8_0, for
+# measuring what a draft step or block costs next to a target step (scripts/trained_cost.py).
+# Every layer of a model shares one set of random matrices (the same bytes written once per
+# layer): memory while writing stays one layer's; the file, and what each step reads, are
+# full-sized.
+
+
+@dataclass(frozen=True)
+class DenseShape:
+    """A dense transformer's dimensions (llama / qwen3 layout)."""
+
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_vocab: int
+    rope_base: float
+
+
+LLAMA31_8B = DenseShape(4096, 32, 14336, 32, 8, 128, 128256, 500000.0)
+QWEN3_8B = DenseShape(4096, 36, 12288, 32, 8, 128, 151936, 1000000.0)
+
+
+def _q8(rng: np.random.Generator, rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+    """A random rows x cols matrix (numpy order: out x in) as Q8_0 bytes, made in slices."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    parts = []
+    for start in range(0, rows, 8192):
+        n = min(8192, rows - start)
+        block = rng.normal(0, scale * cols**-0.5, (n, cols)).astype(np.float32)
+        parts.append(quantize(block, GGMLQuantizationType.Q8_0))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _padded_vocab(n_vocab: int) -> tuple[dict[str, object], list[str], list[int]]:
+    import gguf
+
+    tok = _smollm2_tokenizer()
+    tokens = list(tok["tokens"])  # type: ignore[call-overload]
+    types = list(tok["types"])  # type: ignore[call-overload]
+    extra = n_vocab - len(tokens)
+    tokens += [f"<|unused_{i}|>" for i in range(extra)]
+    types += [gguf.TokenType.UNUSED] * extra
+    return tok, tokens, types
+
+
+def shaped_target(name: str, arch: str, shape: DenseShape, *, seed: int = 11) -> Path:
+    """A Q8_0 random-weight target of `arch` ("llama" or "qwen3", which adds q/k norms)."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = shape
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(seed)
+    embd = _q8(rng, sh.n_vocab, sh.n_embd, 0.5 * sh.n_embd**0.5)
+    head = _q8(rng, sh.n_vocab, sh.n_embd)
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    layer = {
+        "attn_q.weight": _q8(rng, q_out, sh.n_embd),
+        "attn_k.weight": _q8(rng, kv_out, sh.n_embd),
+        "attn_v.weight": _q8(rng, kv_out, sh.n_embd),
+        "attn_output.weight": _q8(rng, sh.n_embd, q_out, 0.03),
+        "ffn_gate.weight": _q8(rng, sh.n_ff, sh.n_embd),
+        "ffn_up.weight": _q8(rng, sh.n_ff, sh.n_embd),
+        "ffn_down.weight": _q8(rng, sh.n_embd, sh.n_ff, 0.03),
+    }
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(sh.n_embd)
+    writer.add_block_count(sh.n_layer)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tensor("token_embd.weight", embd, raw_dtype=q8)
+    writer.add_tensor("output.weight", head, raw_dtype=q8)
+    writer.add_tensor("output_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+    for i in range(sh.n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
+        if arch == "qwen3":
+            writer.add_tensor(p + "attn_q_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+            writer.add_tensor(p + "attn_k_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        for key, value in layer.items():
+            writer.add_tensor(p + key, value, raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def shaped_eagle3(name: str, target: DenseShape, *, layers: tuple[int, int, int], draft_vocab: int) -> Path:
+    """A Q8_0 random-weight EAGLE-3 drafter for a `target`-shaped model: one decoder layer of
+    the target's width, its own LM head over a reduced vocabulary with d2t (as
+    yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: 32,000 tokens), the target's token embeddings."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = target
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(13)
+    e = sh.n_embd
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    arch = "eagle3"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(e)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    _add_metadata(writer, {f"{arch}.target_layers": list(layers), f"{arch}.target_hidden_size": e})
+    keep = np.sort(rng.choice(sh.n_vocab, draft_vocab, replace=False)).astype(np.int64)
+    writer.add_tensor("d2t", keep)
+    writer.add_tensor("fc.weight", _q8(rng, e, 3 * e), raw_dtype=q8)
+    writer.add_tensor("output.weight", _q8(rng, draft_vocab, e), raw_dtype=q8)
+    writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    p = "blk.0."
+    for key in ("attn_norm", "attn_norm_2", "ffn_norm"):
+        writer.add_tensor(p + key + ".weight", np.ones(e, dtype=np.float32))
+    for key, (rows, cols) in {
+        "attn_q": (q_out, 2 * e),
+        "attn_k": (kv_out, 2 * e),
+        "attn_v": (kv_out, 2 * e),
+        "attn_output": (e, q_out),
+        "ffn_gate": (sh.n_ff, e),
+        "ffn_up": (sh.n_ff, e),
+        "ffn_down": (e, sh.n_ff),
+    }.items():
+        writer.add_tensor(p + key + ".weight", _q8(rng, rows, cols), raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def shaped_dflash(
+    name: str, target: DenseShape, *, n_layer: int, layers: tuple[int, ...], block_size: int
+) -> Path:
+    """A Q8_0 random-weight DFlash drafter for a `target`-shaped model (as z-lab's conversions:
+    `n_layer` decoder layers of the target's width with q/k norms, the target's token
+    embeddings and LM head borrowed, `fc` fusing the rows of `layers`)."""
+    out = CACHE / "shaped" / f"{name}.gguf"
+    if out.exists():
+        return out
+    import gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    sh = target
+    tok, tokens, types = _padded_vocab(sh.n_vocab)
+    rng = np.random.default_rng(17)
+    e = sh.n_embd
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    layer = {
+        "attn_q.weight": _q8(rng, q_out, e),
+        "attn_k.weight": _q8(rng, kv_out, e),
+        "attn_v.weight": _q8(rng, kv_out, e),
+        "attn_output.weight": _q8(rng, e, q_out),
+        "ffn_gate.weight": _q8(rng, sh.n_ff, e),
+        "ffn_up.weight": _q8(rng, sh.n_ff, e),
+        "ffn_down.weight": _q8(rng, e, sh.n_ff),
+    }
+    arch = "dflash"
+    part = _atomic_target(out)
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(e)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    mask = len(tokens) - 1  # an unused token
+    _add_metadata(
+        writer,
+        {
+            f"{arch}.target_layers": list(layers),
+            f"{arch}.block_size": block_size,
+            "tokenizer.ggml.mask_token_id": mask,
+        },
+    )
+    writer.add_tensor("fc.weight", _q8(rng, e, len(layers) * e), raw_dtype=q8)
+    writer.add_tensor("enc.output_norm.weight", np.ones(e, dtype=np.float32))
+    writer.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        for key in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(p + key + ".weight", np.ones(e, dtype=np.float32))
+        writer.add_tensor(p + "attn_q_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        writer.add_tensor(p + "attn_k_norm.weight", np.ones(sh.head_dim, dtype=np.float32))
+        for key, value in layer.items():
+            writer.add_tensor(p + key, value, raw_dtype=q8)
+    return _write_shaped(writer, part, out, tok, tokens, types)
+
+
+def _write_shaped(
+    writer: Any, part: Path, out: Path, tok: dict[str, object], tokens: list[str], types: list[int]
+) -> Path:
+    import gguf
+
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -80,9 +80,8 @@ def test_drafter_help_names_mtp(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
-        assert "{model,lookup,mtp,cross,auto}" in text and "mtp: the target's own draft heads" in text, (
-            command
-        )
+        assert "{model,lookup,mtp,eagle3,dflash,cross,auto}" in text, command
+        assert "mtp: the target's own draft heads" in text, command
         assert "cross: a draft model of another tokenizer" in text, command
 
 

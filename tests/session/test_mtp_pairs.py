@@ -22,12 +22,17 @@ def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:
 
 
 def test_what_each_drafter_needs() -> None:
-    assert DraftNeeds.of(["auto"]) == DraftNeeds(use_draft=True)
+    # (use_sidecar: a draft file that is a drafter of a kind it uses is kept: the MTP heads in a
+    # file of their own, an EAGLE-3 or DFlash drafter)
+    assert DraftNeeds.of(["auto"]) == DraftNeeds(use_draft=True, use_sidecar=True)
     assert DraftNeeds.of(["model"]) == DraftNeeds(use_draft=True, need_draft=True)
-    assert DraftNeeds.of(["mtp"]) == DraftNeeds(need_heads=True)  # no draft file, the heads
+    # no draft model, the heads (or the heads in a file of their own)
+    assert DraftNeeds.of(["mtp"]) == DraftNeeds(need_heads=True, use_sidecar=True)
+    assert DraftNeeds.of(["eagle3"]) == DraftNeeds(use_draft=True, need_sidecar="eagle3", use_sidecar=True)
     assert DraftNeeds.of(["lookup"]) == DraftNeeds()
     assert DraftNeeds.of(["mtp"], speculative=False) == DraftNeeds()  # the target alone
-    assert DraftNeeds.of(["lookup", "mtp", "model"]) == DraftNeeds(True, True, True)  # a benchmark
+    benchmark = DraftNeeds.of(["lookup", "mtp", "model"])
+    assert benchmark == DraftNeeds(True, True, True, use_sidecar=True)
 
 
 def test_mtp_with_a_target_without_heads_is_refused_before_loading(tmp_path: Path) -> None:

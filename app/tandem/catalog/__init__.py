@@ -6,11 +6,13 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
     hub_client.py  what the hub says about a file (commit, ETag, size), its errors; is it there
     hub.py         resumable, cancellable, checksum-verified downloads with progress
     discovery.py   GGUFs in the HF cache, LM Studio, Ollama and given paths; draft matching
+    companions.py  a target's trained drafters shipped beside it (EAGLE-3, DFlash)
     fit.py         memory needed (weights + KV caches) vs GPU / unified / system memory
     heads.py       whether a GGUF has its own draft heads (multi-token prediction)
 """
 
-from .discovery import LocalGGUF, cross_tokenizer, discover_ggufs, drafts_for
+from .companions import Companion, companions_of, usable_companion
+from .discovery import LocalGGUF, companions_for, cross_tokenizer, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
 from .heads import BUILTIN_DRAFTER_LABEL, has_heads
 from .hub import DownloadCancelled, DownloadProgress, download_file, pull_pair
@@ -22,6 +24,7 @@ __all__ = [
     "BUILTIN_DRAFTER_LABEL",
     "Catalog",
     "CatalogError",
+    "Companion",
     "DownloadCancelled",
     "DownloadError",
     "DownloadProgress",
@@ -29,6 +32,8 @@ __all__ = [
     "LocalGGUF",
     "ModelFile",
     "PairSpec",
+    "companions_for",
+    "companions_of",
     "cross_tokenizer",
     "device_memory",
     "discover_ggufs",
@@ -41,4 +46,5 @@ __all__ = [
     "pair_fit",
     "pull_pair",
     "unconfirmed_note",
+    "usable_companion",
 ]

@@ -30,9 +30,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from tandem.engine.compat import compatibility_problems, cross_problems
-from tandem.engine.errors import ModelFileError
+from tandem.engine.errors import ModelFileError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.sidecar import read_facts, sidecar_kind
 
+from .companions import KIND_LABELS, Companion, companions_of
 from .hub_cache import hub_cache_dir
 from .spec import split_info, split_parts
 
@@ -59,6 +61,9 @@ class LocalGGUF:
     has_chat_template: bool
     # Multi-token-prediction blocks (heads.py): > 0, the model drafts for itself, alone.
     mtp_layers: int = 0
+    # A trained drafter (EAGLE-3, DFlash: "EAGLE-3 drafter"), not a model: it drafts beside the
+    # target it was trained for (companions.py), never on its own. "" for a model.
+    sidecar: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,13 @@ def drafts_for(target: LocalGGUF, candidates: Sequence[LocalGGUF]) -> list[Local
     bytes: a lower-bit quantization), with the same tokenizer (the engine's own check) or one
     it can draft across (engine/drafters/cross.py; `cross_tokenizer` tells which). The same
     tokenizer first, as it drafts for less; each group smallest first: the cheaper the draft,
-    the more it can guess per target pass."""
+    the more it can guess per target pass. A trained drafter (EAGLE-3, DFlash) drafts for its
+    own target only (companions_for)."""
+    if target.sidecar:
+        return []
     out: list[tuple[bool, LocalGGUF]] = []
     for c in candidates:
-        if c.path == target.path or not _smaller(c, target):
+        if c.path == target.path or c.sidecar or not _smaller(c, target):
             continue
         verdict = _tokenizers(target.path, c.path)
         if verdict is not None:
@@ -137,6 +145,13 @@ def _tokenizers(target: Path, draft: Path) -> bool | None:
     if not compatibility_problems(t_info, d_info):
         return False
     return None if cross_problems(t_info, d_info) else True
+
+
+def companions_for(target: LocalGGUF) -> list[Companion]:
+    """The trained drafters shipped beside `target` (companions.py), usable ones first."""
+    if target.sidecar:
+        return []
+    return companions_of(target.path, header=_header)
 
 
 def _smaller(c: LocalGGUF, t: LocalGGUF) -> bool:
@@ -174,6 +189,12 @@ def _describe(path: Path, source: str, name: str) -> LocalGGUF:
             size += part_info.file_size
             n_params += part_info.n_params
     template = info.chat_template
+    sidecar = ""
+    if (kind := sidecar_kind(info)) is not None:
+        try:
+            sidecar = read_facts(info).label
+        except TandemError:
+            sidecar = KIND_LABELS[kind]
     return LocalGGUF(
         path=path,
         source=source,
@@ -186,6 +207,7 @@ def _describe(path: Path, source: str, name: str) -> LocalGGUF:
         context_length=info.context_length,
         has_chat_template=bool(template),
         mtp_layers=info.mtp_layers,
+        sidecar=sidecar,
     )
 
 

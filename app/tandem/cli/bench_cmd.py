@@ -58,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--compare",
         metavar="SPECS",
         help="settings to compare, comma-separated: model, lookup, mtp (the target's own draft "
-        "heads), auto (adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
+        "heads), eagle3 / dflash (a trained drafter given as --draft or beside the target), auto "
+        "(adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
         "(model:p=0.2). "
         "Default: the drafting options given",
     )

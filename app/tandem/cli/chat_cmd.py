@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tandem.catalog import has_heads
+from tandem.catalog import has_heads, usable_companion
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import ChatOptions, add_model_options, chat_options
 from tandem.engine import TandemError
@@ -74,8 +74,8 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
 
 
 def _drafts_alone(target: Path) -> bool:
-    """Whether `target` is a readable GGUF with its own draft heads."""
+    """Whether `target` is a readable GGUF with its own draft heads, or a drafter beside it."""
     try:
-        return has_heads(target.expanduser())
+        return has_heads(target.expanduser()) or usable_companion(target.expanduser()) is not None
     except TandemError:
         return False

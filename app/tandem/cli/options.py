@@ -129,9 +129,11 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None
         default=GenerationConfig.drafter,
         help="who drafts: the draft model, prompt lookup (continue text found earlier in the context; "
         "no draft model needed), mtp: the target's own draft heads (multi-token prediction layers, in "
-        "Qwen3.5/3.6 GGUFs and others; no draft model needed), cross: a draft model of another "
-        "tokenizer, its text re-encoded into the target's tokens, or auto: each round, whichever of "
-        "those the models have promises more speed (default)",
+        "Qwen3.5/3.6 GGUFs and others; no draft model needed), eagle3 / dflash: a trained EAGLE-3 or "
+        "DFlash (DSpark) drafter for the target, given as --draft or found beside it (eagle3-*.gguf, "
+        "dflash-*.gguf), cross: a draft model of another tokenizer, its text re-encoded into the "
+        "target's tokens, or auto: each round, whichever of those the models have promises more "
+        "speed (default)",
     )
     g.add_argument(
         "--no-adaptive",

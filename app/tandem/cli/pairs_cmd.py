@@ -20,6 +20,7 @@ from tandem.catalog import (
     pair_fit,
     unconfirmed_note,
 )
+from tandem.catalog.companions import draft_label
 from tandem.catalog.hub_cache import hub_cache_dir
 from tandem.catalog.spec import BUILTIN_DRAFT
 from tandem.catalog.units import format_bytes
@@ -91,6 +92,9 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
         target = _file_json(p.target)
         # A pair drafted by the target's own heads: "draft": "mtp", as the catalog says it.
         draft: dict[str, Any] | str = _file_json(p.draft) if p.draft is not None else BUILTIN_DRAFT
+        if isinstance(draft, dict) and p.draft is not None:
+            # A trained drafter (EAGLE-3, DFlash) in place of a draft model: its label, else "".
+            draft["kind"] = draft_label(p.draft.filename, local_file(p.draft))
         out.append(
             {
                 "name": p.name,
@@ -161,6 +165,14 @@ def pair_notes(p: PairSpec, missing: tuple[ModelFile, ...]) -> list[str]:
     return [word for word, on in words if on]
 
 
+def _draft_cell(p: PairSpec, path: Path | None) -> str:
+    """The DRAFT cell: the draft's name, with its kind when it is a trained drafter."""
+    if p.draft is None:
+        return BUILTIN_DRAFT_CELL
+    label = draft_label(p.draft.filename, path)
+    return p.draft.display_name + (f" ({label})" if label else "")
+
+
 def pairs(args: PairsOptions) -> int:
     if args.ctx is not None and args.ctx < MIN_CONTEXT:
         raise TandemError(f"--ctx must be at least {MIN_CONTEXT} tokens")
@@ -182,7 +194,7 @@ def pairs(args: PairsOptions) -> int:
             (
                 name,
                 p.target.display_name,
-                p.draft.display_name if p.draft is not None else BUILTIN_DRAFT_CELL,
+                _draft_cell(p, local[1][1] if len(local) > 1 else None),
                 _size(p, local),
                 _downloaded_label(*on_disk) if p.draft is not None else ("yes" if on_disk[0] else "no"),
                 f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",

@@ -100,6 +100,8 @@ def run(opts: RunOptions) -> int:
     with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
+        if ref.found:
+            print(f"note: {ref.found}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
         chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)
@@ -136,7 +138,9 @@ def run(opts: RunOptions) -> int:
             files = [pair.target] + ([pair.draft] if pair.draft else [])
             result["memory"] = {
                 "peak_rss_bytes": peak_rss_bytes(),
-                "model_file_bytes": sum(m.path.stat().st_size for m in files),
+                # (a trained drafter given as the draft file counts with the models)
+                "model_file_bytes": sum(m.path.stat().st_size for m in files)
+                + (pair.sidecar.stat().st_size if pair.sidecar is not None else 0),
                 "kv_cache_bytes": sum(m.kv_cache_bytes() for m in files),
             }
             print(json.dumps(result, ensure_ascii=False))

@@ -110,6 +110,8 @@ def serve(opts: ServeOptions) -> int:
         with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
             for note in pair_notes(pair, raw_hint=False):
                 print(f"note: {note}", file=sys.stderr)
+            if ref.found:
+                print(f"note: {ref.found}", file=sys.stderr)
             name = opts.name or model_id(ref)
             settings = ServeSettings(
                 model_id=name,

@@ -32,11 +32,11 @@ ADAPTIVE_K_MAX = 12
 FIXED_K = 5
 
 # Who drafts: the draft model, prompt lookup (continue an n-gram found earlier in the context;
-# no model needed), the target's own multi-token-prediction heads (mtp), a draft model of
-# another tokenizer (cross), or auto (each round, whichever of those the pair has promises more
-# tokens per second).
-DrafterChoice = Literal["model", "lookup", "mtp", "cross", "auto"]
-DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "mtp", "cross", "auto")
+# no model needed), the target's own multi-token-prediction heads (mtp), a trained EAGLE-3 or
+# DFlash drafter given in place of a draft model, a draft model of another tokenizer (cross), or
+# auto (each round, whichever of those the pair has promises more tokens per second).
+DrafterChoice = Literal["model", "lookup", "mtp", "eagle3", "dflash", "cross", "auto"]
+DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "mtp", "eagle3", "dflash", "cross", "auto")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,10 @@ class DraftCosts:
     idle_rounds: int = 0  # rounds since this drafter last drafted
     # Its cost is one search whatever K (prompt lookup: observe_search), not a step per token.
     flat: bool = False
+    # A drafter that guesses a whole block in one pass (DFlash: observe_block): seconds per
+    # pass by the tokens it was asked for; its cost is a line through them (flat while one
+    # size is known: on a GPU a block costs about the same whatever its length).
+    blocks: dict[int, _Ema] = field(default_factory=dict)
 
     @property
     def alpha(self) -> float:
@@ -126,6 +130,10 @@ class CostModel:
         d.flat = True
         d.first.add(seconds)
 
+    def observe_block(self, kind: str, k: int, seconds: float) -> None:
+        """A block drafter's pass for k tokens took `seconds` (its catch-up included)."""
+        self.of(kind).blocks.setdefault(k, _Ema()).add(seconds)
+
     def observe_lookup(self, seconds: float) -> None:
         self.observe_search(LOOKUP, seconds)
 
@@ -150,6 +158,8 @@ class CostModel:
         if k == 0:
             return 0.0
         d = self.of(kind)
+        if d.blocks:
+            return _block_time(d.blocks, k)
         if not d.first.known:
             return None
         if d.flat:
@@ -219,6 +229,20 @@ class CostModel:
         sxx = sum(w * (x - mx) ** 2 for x, _, w in seen)
         sxy = sum(w * (x - mx) * (y - my) for x, y, w in seen)
         return mx, my, max(0.0, sxy / sxx)
+
+
+def _block_time(blocks: dict[int, _Ema], k: int) -> float:
+    """A block pass for k tokens: a weighted least-squares line through the sizes seen (never
+    falling with size), or the one size's cost."""
+    seen = [(size, e.value, e.weight) for size, e in blocks.items() if e.known]
+    if len(seen) == 1:
+        return seen[0][1]
+    total = sum(w for _, _, w in seen)
+    mx = sum(x * w for x, _, w in seen) / total
+    my = sum(y * w for _, y, w in seen) / total
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in seen)
+    slope = max(0.0, sum(w * (x - mx) * (y - my) for x, y, w in seen) / sxx)
+    return max(my + slope * (k - mx), 1e-6)
 
 
 def expected_tokens(alpha: float, k: int) -> float:

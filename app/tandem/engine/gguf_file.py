@@ -91,6 +91,10 @@ MAX_READ_BYTES = 128 << 20
 GGML_MAX_DIMS = 4  # llama.cpp (ggml.h) refuses tensors with more dimensions...
 GGML_MAX_NAME = 64  # ...or names of this many bytes or more (the C buffer holds 63 and a NUL)
 _CHUNK = 1 << 20  # read size: the header is read in pieces, only what parsing reaches
+# Integer arrays that are decoded (every other array is skipped): which of the target's layers
+# a trained drafter (EAGLE-3, DFlash) reads, a handful of ids.
+SMALL_INT_ARRAY_SUFFIXES = (".target_layers",)
+MAX_SMALL_INT_ARRAY = 64
 
 
 class _Reader:
@@ -219,6 +223,14 @@ class _Reader:
                 if item_type != _STR:
                     raise self.unusable(f"{key} is not an array of strings")
                 return self._strings(count, key, keep=True)
+            if key.endswith(SMALL_INT_ARRAY_SUFFIXES) and item_type in _INTEGER_TYPES:
+                if count > MAX_SMALL_INT_ARRAY:
+                    raise self.unusable(
+                        f"{key} has {count:,} entries; Tandem reads at most {MAX_SMALL_INT_ARRAY} "
+                        "(real drafters read 3 to 8 layers)"
+                    )
+                self.check_left(count * _SCALAR[item_type].size, f"the array {key!r}")
+                return tuple(int(self.scalar(item_type)) for _ in range(count))
             self._skip_array(item_type, count, key, 1)
             return _SkippedArray(item_type, count)
         raise self.unknown_type(vtype, key)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,15 @@ _LLAMA_PROCESS_TYPE_DECODE = 1
 _FLUSH_ROWS = 64
 
 
-__all__ = ["MtpHead", "attach", "heads_of", "no_heads_message", "supported", "unsupported_message"]
+__all__ = [
+    "MtpHead",
+    "attach",
+    "attach_file",
+    "heads_of",
+    "no_heads_message",
+    "supported",
+    "unsupported_message",
+]
 
 
 def no_heads_message(name: str) -> str:
@@ -87,6 +96,28 @@ def attach(target: LoadedModel) -> MtpHead | None:
     return head
 
 
+def attach_file(target: LoadedModel, path: Path, info: object) -> MtpHead:
+    """Load MTP heads from a file of their own (`mtp-*.gguf`: the target's architecture, its MTP
+    block, embeddings and head, no trunk; checked against the target: sidecar.py) and attach
+    them to the target, as its own heads would be."""
+    if not supported():
+        raise ModelLoadError(unsupported_message(path.name))
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 999 if target.gpu_layers else 0
+    mparams.use_mmap = target.options.use_mmap
+    mparams.load_mtp = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        raise ModelLoadError(f"llama.cpp could not load the MTP heads in {path.name}")
+    try:
+        head = MtpHead(target, model, target.options.n_threads or default_threads(), source=path)
+    except BaseException:
+        llama_cpp.llama_model_free(model)
+        raise
+    target.listeners.append(head)
+    return head
+
+
 def heads_of(target: LoadedModel) -> MtpHead | None:
     """The target's heads, when they were attached."""
     return next((x for x in target.listeners if isinstance(x, MtpHead)), None)
@@ -99,8 +130,12 @@ class MtpHead:
     bytes, 40 MiB for a 5120-wide model at 4096 tokens), so that however far back the target
     is cut (a new turn, a rollback), the head can go on from there."""
 
-    def __init__(self, target: LoadedModel, model: int, n_threads: int) -> None:
+    def __init__(
+        self, target: LoadedModel, model: int, n_threads: int, *, source: Path | None = None
+    ) -> None:
         self.target = target
+        # Heads loaded from a file of their own (attach_file): its path, and the model it owns.
+        self.source = source
         self.layers = int(llama_cpp.llama_model_n_layer_nextn(model))
         self.n_embd = int(llama_cpp.llama_model_n_embd_out(model))
         self.n_vocab = target.n_vocab
@@ -118,6 +153,7 @@ class MtpHead:
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not create a context for {target.path.name}'s draft heads")
+        self._own_model = model if source is not None else None
         self._ctx: int | None = ctx
         # Hidden rows only for the entries that output (a draft step's): the head's own guess
         # of the target's row, fed to the next step.
@@ -142,6 +178,9 @@ class MtpHead:
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+        if self._own_model:
+            llama_cpp.llama_model_free(self._own_model)
+            self._own_model = None
 
     @property
     def entries(self) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .chat_template import ChatMessage, content_spans, reasoning_split, render_conversation, thinking_of
-from .compat import check_pair
+from .compat import PairTokenizers, check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
 from .drafters import registry
@@ -29,6 +29,7 @@ from .model import LoadedModel
 from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .reasoning import ReasoningSplit, Thinking, thinking_variables
 from .recurrence import rollback_note
+from .sidecar import check_sidecar, refuse_as_target
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class ModelPair:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None) -> None:
         self.target = target
         self.draft = draft
+        # The trained drafter (EAGLE-3, DFlash) given as the draft file, loaded beside the target
+        # in place of a draft model (None: none).
+        self.sidecar: Path | None = None
         # Measured draft/verify costs on this machine, kept across generations so adaptive
         # drafting starts informed (they describe the hardware, not the text).
         self.costs = CostModel()
@@ -69,9 +73,17 @@ class ModelPair:
     ) -> ModelPair:
         opts = options or LoadOptions()
         t_info = read_gguf(target_path)
+        refuse_as_target(t_info)
         d_info = read_gguf(draft_path) if draft_path is not None else None
-        tokenizers = check_pair(t_info, d_info) if d_info is not None else None
-        if d_info is not None:
+        # A trained drafter (EAGLE-3, DFlash) given as the draft is no draft model: it loads
+        # beside the target, once checked against it (sidecar.py). A draft model may have another
+        # tokenizer (check_pair says which, or why it cannot draft: compat.py).
+        sidecar = d_info if d_info is not None and registry.sidecar_spec(d_info) is not None else None
+        tokenizers: PairTokenizers | None = None
+        if sidecar is not None:
+            check_sidecar(t_info, sidecar)
+        elif d_info is not None:
+            tokenizers = check_pair(t_info, d_info)
             d_info = d_info.without_vocab()
         t_info = t_info.without_vocab()
         # The target verifies up to K+1 tokens at once; the draft only ever needs its last row.
@@ -83,7 +95,9 @@ class ModelPair:
         draft: LoadedModel | None = None
         try:
             registry.attach(target)  # what follows the target's decodes (its own draft heads)
-            if draft_path is not None:
+            if sidecar is not None:
+                registry.attach_sidecar(target, Path(sidecar.path), sidecar)
+            elif draft_path is not None:
                 # A recurrent draft decodes one token at a time, which llama.cpp's snapshots
                 # cannot roll back: it is checkpointed (drafters/model.py), snapshots would
                 # only take memory.
@@ -106,7 +120,9 @@ class ModelPair:
         for m in (target, draft):
             if m is not None and m.recurrent:
                 m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))
-        return cls(target, draft)
+        pair = cls(target, draft)
+        pair.sidecar = Path(sidecar.path) if sidecar is not None else None
+        return pair
 
     def close(self) -> None:
         if self.draft is not None:
@@ -118,6 +134,11 @@ class ModelPair:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def draft_file(self) -> Path | None:
+        """The file given as the draft: a draft model's, or a trained drafter's (None: none)."""
+        return self.draft.path if self.draft is not None else self.sidecar
 
     @property
     def notes(self) -> list[str]:

@@ -126,7 +126,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         )
 
     def model_entry() -> dict[str, Any]:
-        draft = pair.draft.path.name if pair.draft is not None and settings.speculative else None
+        draft = pair.draft_file.name if pair.draft_file is not None and settings.speculative else None
         return {
             "id": settings.model_id,
             "object": "model",

@@ -33,6 +33,8 @@ def no_draft_note(pair: ModelPair, drafter: DrafterChoice) -> str | None:
     if drafter != registry.AUTO or pair.draft is not None:
         return None
     kinds = registry.available(pair.target, None)
+    if any(s.needs is Needs.SIDECAR for s in kinds):
+        return None  # the draft file given (or found) is a trained drafter: it drafts
     own = [s for s in kinds if s.needs is not Needs.NOTHING]
     if own:
         return "no draft model given: drafting with " + " and ".join(s.note for s in kinds)
@@ -49,3 +51,10 @@ def offered(pair: ModelPair) -> list[str]:
 def drafts_itself(pair: ModelPair) -> bool:
     """Whether the target can draft for itself (its own heads are loaded), without a draft."""
     return any(s.needs is Needs.HEADS for s in registry.offered(pair.target, None))
+
+
+def trained_drafter(pair: ModelPair) -> str | None:
+    """What the pair's trained drafter is, in words ("eagle3-x.gguf (EAGLE-3 drafter)"), when
+    its draft file is one (EAGLE-3, DFlash); None otherwise."""
+    kinds = [s for s in registry.offered(pair.target, None) if s.needs is Needs.SIDECAR]
+    return kinds[0].phrase(pair.target, None) if kinds else None

@@ -33,6 +33,9 @@ class PairRef:
     draft: Path | None
     name: str = ""  # the catalog name, when the pair came from the catalog
     spec: PairSpec | None = field(default=None, compare=False)  # its entry: its settings apply
+    # How the draft was chosen when the user named none (a companion found beside the target),
+    # in words a front-end may print; "" otherwise.
+    found: str = field(default="", compare=False)
 
     @classmethod
     def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
@@ -118,16 +121,25 @@ class DraftNeeds:
     use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
     need_draft: bool = False  # it cannot run without one (the model drafter)
     need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
+    # It drafts with a trained drafter of this kind beside the target ("eagle3", "dflash"),
+    # given as the draft file or found beside the target, and only with it; "": not asked.
+    need_sidecar: str = ""
+    # A draft file that is a drafter of a kind it uses is kept even where a draft model would
+    # not be (the MTP heads alone, for --drafter mtp).
+    use_sidecar: bool = False
 
     @classmethod
     def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
         """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
         choices = set(drafters) if speculative else set()
         needs = {need for choice in choices for need in registry.needs_of(choice)}
+        sidecars = [c for c in choices if Needs.SIDECAR in registry.needs_of(c)]
         return cls(
-            use_draft=any(registry.uses_draft_model(choice) for choice in choices),
+            use_draft=any(registry.uses_draft_file(choice) for choice in choices),
             need_draft=Needs.DRAFT_MODEL in needs,
             need_heads=Needs.HEADS in needs,
+            need_sidecar=sidecars[0] if sidecars else "",
+            use_sidecar=any(s.load_sidecar is not None for c in choices for s in registry.chosen(c)),
         )
 
     @classmethod
@@ -164,8 +176,32 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             "the model drafter needs a draft model: add --draft PATH, or draft from the context "
             "with --drafter lookup (or run the target alone with --baseline)"
         )
-    draft = request.draft.expanduser() if request.draft is not None and needs.use_draft else None
-    return PairRef(request.target.expanduser(), draft)
+    target = request.target.expanduser()
+    draft = request.draft.expanduser() if request.draft is not None else None
+    if draft is not None and not needs.use_draft and not (needs.use_sidecar and _is_drafter_file(draft)):
+        draft = None  # (a draft model the chosen drafter does not use)
+    if draft is None and (needs.use_draft or needs.need_heads) and not needs.need_draft:
+        # No draft named: a drafter shipped beside the target drafts (auto, or the kind asked
+        # for), as llama.cpp's downloader pairs `eagle3-*` and `mtp-*` files with their model.
+        from tandem.catalog import usable_companion
+
+        kind = needs.need_sidecar or ("mtp" if needs.need_heads else None)
+        found = usable_companion(target, kind)
+        if found is not None:
+            note = f"drafting with {found.path.name}, the {found.label} found beside {target.name}"
+            return PairRef(target, found.path, found=note)
+    return PairRef(target, draft)
+
+
+def _is_drafter_file(path: Path) -> bool:
+    """Whether `path` is a drafter in a file of its own (EAGLE-3, DFlash, MTP heads alone)."""
+    from tandem.engine.gguf_file import read_gguf
+    from tandem.engine.sidecar import sidecar_kind
+
+    try:
+        return sidecar_kind(read_gguf(path, check_data=False)) is not None
+    except TandemError:
+        return True  # (kept: the preflight says what is wrong with it)
 
 
 def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:

@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tandem.engine import mtp
+from tandem.engine import mtp, sidecar_model
 from tandem.engine.compat import PairTokenizers, check_pair
-from tandem.engine.errors import TandemError
+from tandem.engine.drafters import registry
+from tandem.engine.errors import IncompatiblePairError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.sidecar import MTP, check_sidecar, described, read_facts, refuse_as_target, sidecar_kind
 
 if TYPE_CHECKING:
     from tandem.catalog.fit import FitVerdict
@@ -58,15 +60,53 @@ def preflight(
     judge whether the pair fits in memory at that context (the verdict is the caller's to act
     on: the app asks before loading a pair that will not fit)."""
     target = read_gguf(ref.target)  # missing, unreadable, not a GGUF, truncated: one line each
+    refuse_as_target(target)  # (a trained drafter given as the model to chat with)
     draft = read_gguf(ref.draft) if ref.draft is not None else None
-    tokenizers = check_pair(target, draft) if draft is not None else None
-    if needs.need_heads:
+    tokenizers: PairTokenizers | None = None
+    if draft is not None and sidecar_kind(draft) is not None:
+        _check_trained(target, draft, needs)
+    elif draft is not None:
+        tokenizers = check_pair(target, draft)
+    if needs.need_sidecar and (draft is None or sidecar_kind(draft) != needs.need_sidecar):
+        raise TandemError(_no_sidecar_message(ref, draft, needs.need_sidecar))
+    heads_file = draft is not None and sidecar_kind(draft) == MTP  # (the heads in a file of their own)
+    if needs.need_heads and not heads_file:
         if target.mtp_layers == 0:
             raise TandemError(no_heads_message(ref.target.name, remedy))
         if not mtp.supported():
             raise TandemError(mtp.unsupported_message(ref.target.name))
     fit = _fit(ref, n_ctx) if n_ctx is not None else None
     return Checked(ref, target, draft, fit, tokenizers)
+
+
+def _check_trained(target: GGUFInfo, draft: GGUFInfo, needs: DraftNeeds) -> None:
+    """A trained drafter (EAGLE-3, DFlash) given as the draft: it must fit the target, this
+    build must run it, and the drafter asked for must not need a draft model instead."""
+    facts = check_sidecar(target, draft)  # (a damaged header, another target's, another tokenizer)
+    name = draft.path.name
+    if needs.need_draft:
+        raise IncompatiblePairError(
+            f"{name} is {described(facts.label)}, not a draft model: draft with it "
+            f"(--drafter {facts.kind}, or auto)"
+        )
+    if not sidecar_model.supported():
+        raise TandemError(sidecar_model.unsupported_message(name))
+
+
+def _no_sidecar_message(ref: PairRef, draft: GGUFInfo | None, kind: str) -> str:
+    spec = registry.spec(kind)
+    label = spec.label if spec is not None else kind
+    if draft is not None and (other := sidecar_kind(draft)) is not None:
+        theirs = read_facts(draft).label
+        name = draft.path.name
+        return f"{name} is {described(theirs)}, not {described(label)}: use --drafter {other}"
+    what = "none was given or found beside it"
+    if ref.draft is not None:
+        what = f"{ref.draft.name} is a draft model"
+    return (
+        f"--drafter {kind} needs the {label} trained for {ref.target.name} ({kind}-*.gguf), and "
+        f"{what}: give it as the draft, or put it in the target's folder"
+    )
 
 
 def _fit(ref: PairRef, n_ctx: int) -> FitVerdict | None:

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.catalog.units import format_bytes
 from tandem.engine import GenerationConfig, ModelPair
-from tandem.session.drafting import drafts_itself
+from tandem.session.drafting import drafts_itself, trained_drafter
 from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
@@ -171,6 +171,8 @@ class TandemApp(App[None]):
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
             sizes += f", draft {format_bytes(pair.draft.size_bytes)}"
+        elif (trained := trained_drafter(pair)) is not None and pair.draft_file is not None:
+            sizes += f", draft {format_bytes(pair.draft_file.stat().st_size)}: {trained}"
         elif drafts_itself(pair):
             sizes += f", {BUILTIN_DRAFTER_LABEL}: its own draft heads"
         self.chat.pair_loaded_note(

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from tandem.catalog import (
     Catalog,
+    Companion,
     DownloadProgress,
     FitVerdict,
     LocalGGUF,
     ModelFile,
     PairSpec,
+    companions_for,
     cross_tokenizer,
     discover_ggufs,
     drafts_for,
@@ -26,6 +28,7 @@ from tandem.catalog import (
     local_file,
     pair_fit,
 )
+from tandem.catalog.companions import draft_label
 from tandem.catalog.units import format_bytes
 from tandem.engine import TandemError
 
@@ -36,6 +39,7 @@ class CatalogRow:
     target_path: Path | None  # complete in the HF cache
     draft_path: Path | None  # (None also for a pair drafted by its target's own heads)
     fit: FitVerdict | None
+    draft_kind: str = ""  # a trained drafter in place of a draft model: "EAGLE-3 drafter"
 
     @property
     def downloaded(self) -> bool:
@@ -81,7 +85,8 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
         except (TandemError, OSError):
             fit = None
         draft = local_file(spec.draft) if spec.draft is not None else None
-        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit))
+        kind = draft_label(spec.draft.filename, draft) if spec.draft is not None else ""
+        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit, kind))
     return CatalogListing(catalog, rows)
 
 
@@ -91,6 +96,8 @@ class DiskModel:
     drafts: tuple[LocalGGUF, ...]  # the models on disk that can draft for this one
     # Of those, the ones of another tokenizer: they draft across tokenizers (their paths).
     cross: frozenset[Path] = frozenset()
+    # The trained drafters shipped beside it that can draft for it (EAGLE-3, DFlash).
+    companions: tuple[Companion, ...] = ()
 
     def is_cross(self, draft: LocalGGUF) -> bool:
         return draft.path in self.cross
@@ -102,12 +109,16 @@ class DiskModel:
 
 
 def disk_models() -> list[DiskModel]:
-    """GGUFs already on this machine, each with the ones that can draft for it."""
+    """GGUFs already on this machine, each with the ones that can draft for it. A trained
+    drafter is listed under its target (as a companion), not as a model of its own."""
     found = discover_ggufs()
     out = []
     for g in found:
+        if g.sidecar:
+            continue
         drafts = drafts_for(g, found)
-        out.append(DiskModel(g, tuple(drafts), frozenset(d.path for d in drafts if cross_tokenizer(g, d))))
+        cross = frozenset(d.path for d in drafts if cross_tokenizer(g, d))
+        out.append(DiskModel(g, tuple(drafts), cross, tuple(c for c in companions_for(g) if c.usable)))
     return out
 
 

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from ..errors import GenerationError
 from ..events import RoundEvent
 from ..model import DecodeListener, LoadedModel
-from ..mtp import MtpHead, attach, heads_of, no_heads_message, unsupported_message
+from ..mtp import MtpHead, attach, attach_file, heads_of, no_heads_message, unsupported_message
 from ..sampling import NonFiniteLogits, SamplerSettings
+from ..sidecar import mtp_only
 from . import DrafterKind, Proposal, draw
 from .names import MTP
 from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
@@ -148,7 +149,17 @@ SPEC = DrafterSpec(
     untimed_rank=1,
     attach=attach,
     listens=("hidden rows",),
-    phrase=lambda target, draft: "its built-in MTP draft heads",
+    phrase=lambda target, draft: _phrase(target),
     note="the target's built-in draft heads (MTP)",
     unusable=lambda target: None if target.mtp_layers_in_file == 0 else _missing(target, None),
+    # The heads exported as a file of their own (`mtp-*.gguf`), given as the draft file.
+    sidecar_claims=mtp_only,
+    load_sidecar=attach_file,
 )
+
+
+def _phrase(target: LoadedModel) -> str:
+    head = heads_of(target)
+    if head is not None and head.source is not None:
+        return f"{head.source.name} (its MTP heads)"
+    return "its built-in MTP draft heads"

@@ -9,3 +9,5 @@ MODEL = "model"  # a small draft model (model.py); the hybrid's rounds are its r
 LOOKUP = "lookup"  # prompt lookup (lookup.py)
 MTP = "mtp"  # the target's own multi-token-prediction heads (mtp.py)
 CROSS = "cross"  # a draft model of another tokenizer, its text re-encoded (cross.py)
+EAGLE3 = "eagle3"  # an EAGLE-3 drafter beside the target (eagle3.py)
+DFLASH = "dflash"  # a DFlash or DSpark block drafter beside the target (dflash.py)

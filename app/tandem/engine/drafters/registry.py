@@ -6,12 +6,14 @@ A new kind is one module with a `SPEC`, added to KINDS below (docs/architecture.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+from ..gguf_info import GGUFInfo
 from ..model import LoadedModel
-from . import cross, hybrid, lookup, model, mtp
+from . import cross, dflash, eagle3, hybrid, lookup, model, mtp
 from .spec import BuildContext, Drafter, DrafterSpec, Needs
 
-KINDS: tuple[DrafterSpec, ...] = (model.SPEC, cross.SPEC, mtp.SPEC, lookup.SPEC)
+KINDS: tuple[DrafterSpec, ...] = (model.SPEC, cross.SPEC, mtp.SPEC, eagle3.SPEC, dflash.SPEC, lookup.SPEC)
 # Compositions: a pool -> the pool with some drafters combined (the draft model finished by
 # prompt lookup).
 COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.compose,)
@@ -47,6 +49,28 @@ def chosen(choice: str) -> tuple[DrafterSpec, ...]:
 def uses_draft_model(choice: str) -> bool:
     """Whether a generation with `choice` drafts with a draft model when the pair has one."""
     return any(s.needs is Needs.DRAFT_MODEL for s in chosen(choice))
+
+
+def uses_draft_file(choice: str) -> bool:
+    """Whether a generation with `choice` drafts with the pair's draft file when it has one: a
+    draft model, or a trained drafter given in its place (an EAGLE-3 or DFlash GGUF)."""
+    return any(s.needs in (Needs.DRAFT_MODEL, Needs.SIDECAR) for s in chosen(choice))
+
+
+def sidecar_spec(info: GGUFInfo) -> DrafterSpec | None:
+    """The kind whose drafter file a GGUF is (its architecture says, or its layout: the MTP heads
+    alone), or None: a model."""
+    for s in KINDS:
+        if info.architecture in s.sidecar_archs or (s.sidecar_claims is not None and s.sidecar_claims(info)):
+            return s
+    return None
+
+
+def attach_sidecar(target: LoadedModel, path: Path, info: GGUFInfo) -> None:
+    """Load a trained drafter (checked against the target: sidecar.py) beside the target."""
+    s = sidecar_spec(info)
+    assert s is not None and s.load_sidecar is not None, info.architecture
+    s.load_sidecar(target, path, info)
 
 
 def needs_of(choice: str) -> set[Needs]:

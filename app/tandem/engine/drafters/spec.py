@@ -14,11 +14,13 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Protocol
 
 from ..config import GenerationConfig
 from ..draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from ..events import RoundEvent
+from ..gguf_info import GGUFInfo
 from ..model import DecodeListener, LoadedModel
 from . import Proposal
 
@@ -31,6 +33,9 @@ class Needs(Enum):
     NOTHING = "nothing"  # the text alone (prompt lookup)
     DRAFT_MODEL = "a draft model"
     HEADS = "the target's own draft heads"  # layers in the target's file, run beside it
+    # A drafter trained on the target's hidden rows, in a file of its own (EAGLE-3, DFlash),
+    # given where a draft model would be: it runs beside the target, as the heads do.
+    SIDECAR = "a trained drafter for the target"
 
 
 @dataclass(frozen=True)
@@ -154,3 +159,11 @@ class DrafterSpec:
     unusable: Callable[[LoadedModel], str | None] | None = None
     # Of the target's decode outputs, which it listens to (for documentation and notes).
     listens: tuple[str, ...] = field(default=())
+    # A trained drafter in a file of its own (Needs.SIDECAR): the GGUF architectures it loads,
+    # and how a checked file of one is attached to a freshly loaded target, as one of its
+    # listeners (sidecar.py checks the file against the target first).
+    sidecar_archs: tuple[str, ...] = field(default=())
+    load_sidecar: Callable[[LoadedModel, Path, GGUFInfo], object] | None = None
+    # Whether a file of another architecture is one it loads (the MTP heads alone: the target's
+    # own architecture, no trunk).
+    sidecar_claims: Callable[[GGUFInfo], bool] | None = None

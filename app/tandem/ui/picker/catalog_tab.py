@@ -57,6 +57,8 @@ def pair_name_text(row: CatalogRow, default: bool) -> Text:
         name.append(" ★", style="yellow")
     if row.spec.draft is None:
         name.append(f" {BUILTIN_DRAFTER_LABEL}", style="cyan")
+    elif row.draft_kind:
+        name.append(f" {row.draft_kind}", style="cyan")
     if row.spec.hybrid:
         name.append(" hybrid", style="magenta")
     if row.spec.cross_tokenizer:
@@ -163,6 +165,8 @@ class CatalogTab(TabPane):
             return
         s = row.spec
         draft = f"Draft:  {describe_file(s.draft)}" if s.draft is not None else BUILTIN_LINE
+        if row.draft_kind:
+            draft = f"Draft:  {row.draft_kind}: {describe_file(s.draft) if s.draft else ''}"
         lines = [s.description, f"Target: {describe_file(s.target)}", draft]
         if row.fit is not None and row.fit.need_bytes:
             lines.append(f"Memory: {row.fit.summary()} ({row.fit.device})")
@@ -264,7 +268,7 @@ class CatalogTab(TabPane):
         target, draft = message.paths
         if self.listing is not None:
             rows = [
-                CatalogRow(r.spec, target, draft, r.fit) if r.spec.name == name else r
+                CatalogRow(r.spec, target, draft, r.fit, r.draft_kind) if r.spec.name == name else r
                 for r in self.listing.rows
             ]
             self.listing = CatalogListing(self.listing.catalog, rows)

@@ -1,6 +1,7 @@
 """The picker's "On disk" tab: GGUFs already on this machine (Hugging Face cache, LM Studio,
 Ollama), and for the highlighted one the models that can draft for it; a model with its own
-draft heads (multi-token prediction) lists its "built-in drafter" first: it loads alone."""
+draft heads (multi-token prediction) lists its "built-in drafter" first: it loads alone; the
+trained drafters shipped beside it (EAGLE-3, DFlash) come next, with their kind."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static, TabPane
 
-from tandem.catalog import BUILTIN_DRAFTER_LABEL
+from tandem.catalog import BUILTIN_DRAFTER_LABEL, Companion
 from tandem.catalog.units import format_bytes, format_params
 from tandem.session.pairs import PairRef
 from tandem.ui.jobs import failure_text
@@ -19,13 +20,19 @@ from tandem.ui.workers import run_in_thread
 
 
 def _drafts_cell(m: DiskModel) -> str:
-    """How many models can draft for it, "built-in" first for its own heads, and how many of
-    them are of another tokenizer ("1 + 2 cross")."""
+    """How many models can draft for it, "built-in" first for its own heads, then the kinds
+    of the trained drafters beside it, then how many draft models, and how many of those are of
+    another tokenizer ("1 + 2 cross")."""
     same = len(m.drafts) - len(m.cross)
     count = " + ".join([*([str(same)] if same else []), *([f"{len(m.cross)} cross"] if m.cross else [])])
-    if m.drafts_alone:
-        return "built-in" + (f" + {count}" if count else "")
+    parts = (["built-in"] if m.drafts_alone else []) + [_short(c.label) for c in m.companions]
+    if parts:
+        return " + ".join(parts) + (f" + {count}" if count else "")
     return count or "–"
+
+
+def _short(label: str) -> str:
+    return label.removesuffix(" drafter")
 
 
 class DiskTab(TabPane):
@@ -104,7 +111,12 @@ class DiskTab(TabPane):
         label = self.query_one("#drafts-label", Static)
         if model.drafts_alone:
             table.add_row(BUILTIN_DRAFTER_LABEL, "–", "MTP", "–", "its file", "its own", key="builtin")
-        elif not model.drafts:
+        for i, c in enumerate(model.companions):
+            # (Its kind in the quant column, as the heads' "MTP": a trained drafter's own.)
+            table.add_row(
+                c.path.name, "–", _short(c.label), _size(c), "beside it", "its target's", key=f"c{i}"
+            )
+        if not (model.drafts_alone or model.companions or model.drafts):
             label.update(
                 f"No model on disk can draft for {model.gguf.name} (smaller, and a usable tokenizer)."
             )
@@ -131,10 +143,10 @@ class DiskTab(TabPane):
         model = self._model()
         if model is None:
             return
-        if model.drafts_alone and not model.drafts:
+        if model.drafts_alone and not model.drafts and not model.companions:
             self.post_message(PairChosen(PairRef(model.gguf.path, None)))  # its own heads draft
             return
-        if not model.drafts:
+        if not model.drafts and not model.companions:
             self.post_message(PickerNote(f"No model on disk can draft for {model.gguf.name}."))
             return
         self.query_one("#drafts", DataTable).focus()
@@ -150,5 +162,16 @@ class DiskTab(TabPane):
                 self.post_message(PairChosen(PairRef(model.gguf.path, None)))
                 return
             row -= 1  # (the built-in drafter's row comes first)
+        if 0 <= row < len(model.companions):
+            self.post_message(PairChosen(PairRef(model.gguf.path, model.companions[row].path)))
+            return
+        row -= len(model.companions)  # (then the trained drafters beside it)
         if 0 <= row < len(model.drafts):
             self.post_message(PairChosen(PairRef(model.gguf.path, model.drafts[row].path)))
+
+
+def _size(c: Companion) -> str:
+    try:
+        return format_bytes(c.path.stat().st_size)
+    except OSError:
+        return "–"

@@ -1,0 +1,58 @@
+"""The app with a trained drafter (EAGLE-3, DFlash) shipped beside its target: the picker's On
+disk tab offers it under the target with its kind (not as a model of its own), Enter loads the
+pair, and the chat colours its accepted guesses and the panel counts its rounds, from the
+drafter data alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+from ui_helpers import picker, run_app, send, wait_for
+
+import trained
+from catalogs import link_or_copy
+from tandem.engine import Origin
+from tandem.session.pairs import PairRef
+from tandem.ui.app import TandemApp
+from tandem.ui.screens.picker import PickerScreen
+from tandem.ui.storage import AppDirs
+from tandem.ui.widgets.chat_log import AnswerView
+from tandem.ui.widgets.stats import StatsPanel
+
+
+def test_the_picker_offers_a_drafter_beside_its_target_and_the_chat_drafts_with_it(
+    dirs: AppDirs, hf_env: Path
+) -> None:
+    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
+    target = link_or_copy(trained.target(), models / "tiny-target-F32.gguf")
+    link_or_copy(trained.eagle3(), models / "eagle3-tiny-target-F32.gguf")
+    app = TandemApp(dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
+        p = picker(app)
+        await wait_for(pilot, lambda: p.disk, 20, "disk")
+        disk = p.query_one("#disk", DataTable)
+        rows = [disk.get_row_at(i) for i in range(disk.row_count)]
+        # The drafter is not listed as a model: it is offered under its target.
+        assert [(r[0], r[-1]) for r in rows] == [("tiny-target-F32.gguf", "EAGLE-3")]
+        disk.focus()
+        disk.move_cursor(row=0)
+        await pilot.pause()
+        drafts = p.query_one("#drafts", DataTable)
+        assert drafts.row_count == 1
+        assert [str(c) for c in drafts.get_row_at(0)][:3] == ["eagle3-tiny-target-F32.gguf", "–", "EAGLE-3"]
+        await pilot.press("enter")  # to the drafts table
+        await pilot.press("enter")  # loads the pair
+        await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
+        assert app.loaded.ref == PairRef(target, models / "eagle3-tiny-target-F32.gguf")
+        await send(pilot, "Tell me a story about the sea")
+        answer = list(app.chat.query(AnswerView))[-1]
+        assert {Origin.DRAFT, Origin.TARGET} <= {o for _, o in answer.tokens.pieces}
+        view = app.chat.query_one(StatsPanel).view
+        assert view.drafted > 0 and view.eagle3_rounds > 0
+
+    run_app(app, scenario)
