@@ -135,7 +135,7 @@ class SidecarModel:
             cparams.n_threads = threads
             cparams.n_threads_batch = threads
             cparams.no_perf = True
-            cparams.flash_attn_type = target.options.flash_attn
+            cparams.flash_attn_type = target.options.flash_attn_type
             cparams.ctx_other = target.ctx  # its missing embeddings and head are the target's
             ctx = llama_cpp.llama_init_from_model(model, cparams)
             if not ctx:
