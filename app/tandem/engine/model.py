@@ -503,11 +503,7 @@ class LoadedModel:
 
     def keep_prefix_of(self, tokens: Sequence[int]) -> int:
         """Drop cached tokens after the longest common prefix with `tokens`; return its length."""
-        n = 0
-        limit = min(len(self.cached), len(tokens))
-        while n < limit and self.cached[n] == tokens[n]:
-            n += 1
-        self.truncate(n, replay=False)  # the caller decodes the rest
+        self.truncate(common_prefix(self.cached, tokens), replay=False)  # the caller decodes the rest
         return len(self.cached)
 
     def kv_pos_max(self) -> int:
@@ -735,6 +731,15 @@ class LoadedModel:
         ):
             # Part of the failed batch stayed in the cache and cannot be dropped: start over.
             self.reset()
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens `a` and `b` share from their start (what a cache keeps of a new input, and
+    how followers of a model's decodes find where it cut: mtp.py, the trained drafters)."""
+    n, top = 0, min(len(a), len(b))
+    while n < top and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _has_recurrent_state(model: object) -> bool:

@@ -39,7 +39,7 @@ from .hidden_rows import get_embeddings_nextn_ith as _get_embeddings_nextn_ith
 from .hidden_rows import set_embeddings_nextn as _set_embeddings_nextn
 from .hidden_rows import supported
 from .llama_lib import llama_cpp
-from .model import LoadedModel, default_threads
+from .model import LoadedModel, common_prefix, default_threads
 
 _lib = llama_cpp._lib
 _p = ctypes.c_void_p
@@ -194,7 +194,7 @@ class MtpHead:
         if on != self.following:
             self.target.want_hidden_rows(on)
             self.following = on
-        n = _common_prefix(self.seen, self.target.cached)
+        n = common_prefix(self.seen, self.target.cached)
         self.truncate(n)
         return n
 
@@ -212,7 +212,7 @@ class MtpHead:
         self._rows[pos0:end] = rows
         del self.seen[pos0:]
         self.seen.extend(tokens)
-        keep = _common_prefix(self.entry_tokens, self.seen)
+        keep = common_prefix(self.entry_tokens, self.seen)
         if keep == len(self.seen):  # the entry after them too (checked against the next history)
             keep = min(self.entries, keep + 1)
         self._keep_entries(keep)
@@ -279,7 +279,7 @@ class MtpHead:
         """Catch up on the target's new rows and the round's last token, in one batch: the
         logits for the first draft token, and how many entries that batch added."""
         # (The last entry is built anew when it exists: its logits were overwritten since.)
-        self._keep_entries(min(_common_prefix(self.entry_tokens, history), len(history) - 1))
+        self._keep_entries(min(common_prefix(self.entry_tokens, history), len(history) - 1))
         before = self.entries
         idx = self._extend(history, len(history), output=True)
         return self._logits(idx), len(history) - before
@@ -312,10 +312,3 @@ class MtpHead:
         if not address:
             raise GenerationError("llama.cpp gave no logits from the draft heads")
         return np.ctypeslib.as_array((ctypes.c_float * self.n_vocab).from_address(address))
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n, top = 0, min(len(a), len(b))
-    while n < top and a[n] == b[n]:
-        n += 1
-    return n

@@ -38,7 +38,7 @@ from ..errors import GenerationError
 from ..events import RoundEvent
 from ..gguf_info import GGUFInfo
 from ..llama_lib import llama_cpp
-from ..model import DecodeListener, LoadedModel
+from ..model import DecodeListener, LoadedModel, common_prefix
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
 from ..sidecar import DFLASH as DFLASH_ARCH
 from ..sidecar import read_facts
@@ -86,7 +86,7 @@ class DFlashHead:
         if on and not self.following:
             self.model.tap()
         self.following = on
-        n = _common_prefix(self.seen, self.target.cached)
+        n = common_prefix(self.seen, self.target.cached)
         self.truncate(n)
         return n
 
@@ -323,10 +323,3 @@ SPEC = DrafterSpec(
     sidecar_archs=(DFLASH_ARCH,),
     load_sidecar=attach,
 )
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n, top = 0, min(len(a), len(b))
-    while n < top and a[n] == b[n]:
-        n += 1
-    return n

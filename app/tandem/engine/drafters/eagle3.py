@@ -36,7 +36,7 @@ import numpy.typing as npt
 from ..errors import GenerationError
 from ..events import RoundEvent
 from ..gguf_info import GGUFInfo
-from ..model import DecodeListener, LoadedModel
+from ..model import DecodeListener, LoadedModel, common_prefix
 from ..sampling import NonFiniteLogits, SamplerSettings
 from ..sidecar import EAGLE3 as EAGLE3_ARCH
 from ..sidecar import read_facts
@@ -91,7 +91,7 @@ class Eagle3Head:
         if on and not self.following:
             self.model.tap()
         self.following = on
-        n = _common_prefix(self.seen, self.target.cached)
+        n = common_prefix(self.seen, self.target.cached)
         self.truncate(n)
         return n
 
@@ -110,7 +110,7 @@ class Eagle3Head:
         self._g[pos0:end] = g
         del self.seen[pos0:]
         self.seen.extend(tokens)
-        keep = 0 if first_changed else _common_prefix(self.entry_tokens, self.seen[1:])
+        keep = 0 if first_changed else common_prefix(self.entry_tokens, self.seen[1:])
         if keep == len(self.seen) - 1:  # (the entry after them is checked against the history)
             keep = min(self.entries, keep + 1)
         self._keep_entries(keep)
@@ -175,7 +175,7 @@ class Eagle3Head:
         so the entry whose logits are wanted goes alone (as llama.cpp's own driver does)."""
         n = len(history) - 1
         # (The last entry is built anew when it exists: its logits were overwritten since.)
-        self._keep_entries(min(_common_prefix(self.entry_tokens, history[1:]), n - 1))
+        self._keep_entries(min(common_prefix(self.entry_tokens, history[1:]), n - 1))
         before = self.entries
         self._extend(history, n - 1, output=False)
         idx = self._extend(history, n, output=True)
@@ -334,10 +334,3 @@ SPEC = DrafterSpec(
     sidecar_archs=(EAGLE3_ARCH,),
     load_sidecar=attach,
 )
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n, top = 0, min(len(a), len(b))
-    while n < top and a[n] == b[n]:
-        n += 1
-    return n
