@@ -16,10 +16,11 @@ from __future__ import annotations
 import ast
 import importlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from source_tree import parse
 
 PACKAGE = "tandem"  # the importable package's name: the one word the package rename changes here
 
@@ -63,7 +64,7 @@ def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[t
     (`textual.app`)."""
     here = module.split(".") if module else []
     package = here if is_package else here[:-1]
-    for node in ast.walk(_parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield _inside(alias.name), node.lineno
@@ -80,14 +81,6 @@ def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[t
                     yield alias.name, node.lineno
             else:
                 yield target, node.lineno
-
-
-def _parse(source: str) -> ast.Module:
-    """ast.parse in a thread of its own: CPython 3.11 can raise a spurious SystemError ("AST
-    constructor recursion depth mismatch") in a thread whose recursion count an earlier test's
-    deep recursion left off; a new thread starts from zero."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(ast.parse, source).result()
 
 
 def _inside(name: str) -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from source_tree import parse
+
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +41,7 @@ def _type_only(tree: ast.Module) -> set[int]:
 def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The app modules `name` imports: a submodule where one is named, else the package."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     skip = set() if name.startswith("tandem.engine") else _type_only(tree)
     out: set[str] = set()
     for node in ast.walk(tree):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import model_files
 from catalogs import TINY_CATALOG
+from source_tree import parse
 from tandem.catalog.spec import load_catalog
 from tandem.cli.main import build_parser
 from tandem.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
@@ -118,7 +119,7 @@ def test_a_seeded_sampling_run_says_it_drafts_a_fixed_k(smollm2_f16: Path, smoll
 
 # ---------------------------------------------------------------------- structure
 def _names(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     return {
         n.attr if isinstance(n, ast.Attribute) else n.id
         for n in ast.walk(tree)
