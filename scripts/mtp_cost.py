@@ -46,6 +46,7 @@ def main() -> int:
     import model_files
     from tandem.engine import GenerationConfig, LoadOptions, ModelPair
     from tandem.engine.draft_policy import expected_tokens
+    from tandem.engine.mtp import heads_of
     from tandem.session.collect import collect
 
     shape = model_files.QWEN35_SHAPES[args.shape]
@@ -59,7 +60,7 @@ def main() -> int:
     verify: dict[int, list[float]] = {k: [] for k in KS}
     caught: list[int] = []
     with ModelPair.load(path, None, opts) as pair:
-        head = pair.target.mtp
+        head = heads_of(pair.target)
         assert head is not None, "the heads did not load"
         prompt = pair.raw_prompt(prompt_text)
         print(
