@@ -5,7 +5,9 @@ test_serve_process.py."""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import socket
 import threading
 import time
@@ -113,8 +115,10 @@ def test_more_messages_than_the_cap_are_refused_by_their_count(tiny_pair: ModelP
         answers_normally(served)
 
 
-def test_a_client_that_leaves_while_its_prompt_is_built_stops_the_work(slow_pair: ModelPair) -> None:
-    with serving(slow_pair) as served:
+def test_a_client_that_leaves_while_its_prompt_is_built_stops_the_work(
+    slow_pair: ModelPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="asyncio"), serving(slow_pair) as served:
         s = socket.create_connection(("127.0.0.1", served.port))
         s.sendall(_post(json.dumps({"messages": HI, "max_tokens": 2}).encode()))
         deadline = time.perf_counter() + 1.5
@@ -127,6 +131,10 @@ def test_a_client_that_leaves_while_its_prompt_is_built_stops_the_work(slow_pair
             time.sleep(0.01)
         # The render would go on for its whole 2 s: the hang-up stopped it.
         assert time.perf_counter() - t0 < 0.5
+    # What the abandoned build ended with (PromptCancelled) was dropped, not left for asyncio to
+    # log as "Future exception was never retrieved" when the future is freed.
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 def test_a_stopping_server_waits_for_the_prompts_being_built(slow_pair: ModelPair) -> None:

@@ -131,7 +131,7 @@ def test_argparse_s_namespace_stays_in_the_cli_s_options_module() -> None:
     app_dir = ROOT / "app" / "tandem"
     users = sorted(str(p.relative_to(ROOT)) for p in app_dir.rglob("*.py") if "Namespace" in _names(p))
     assert users == ["app/tandem/cli/options.py"]
-    options = ast.parse((app_dir / "cli" / "options.py").read_text())
+    options = parse((app_dir / "cli" / "options.py").read_text())
     imported = {n.module or "" for n in ast.walk(options) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(options) if isinstance(n, ast.Import) for a in n.names
     }

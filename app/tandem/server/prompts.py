@@ -80,7 +80,10 @@ class PromptBuilds:
             watch.cancel()
             if not done.done():
                 cancel.set()  # the client left (or this request was cancelled): stop the work
-        if not done.done():
+                # Nobody will read what the build ends with: cancelled now, `settle` drops it
+                # (else asyncio logs "Future exception was never retrieved" when it is freed).
+                done.cancel()
+        if done.cancelled():
             raise ClientGone
         try:
             return done.result()
