@@ -27,6 +27,7 @@ import pytest
 
 import gpu_lane
 import model_files
+import trained
 from run_helpers import TINY, assert_same_greedy, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadedModel, ModelPair, SamplerSettings
@@ -232,6 +233,32 @@ def test_the_mtp_heads_on_the_gpu() -> None:
         cut = run(pair, prompt, drafter="mtp", draft_max=3, max_tokens=32, cancel=cancel, cancel_after=8)
         assert cut.stats.stop_reason == "cancelled" and cut.ids == out.ids[: len(cut.ids)]
         assert run(pair, prompt, drafter="mtp", draft_max=3, max_tokens=32).ids == out.ids
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "dflash"])
+def test_trained_drafters_on_the_gpu(kind: str) -> None:
+    """EAGLE-3 and DFlash drafters read the target's rows at their layers off the device
+    (llama.cpp's embeddings_layer_inp): greedy drafting with them is the target's output, they
+    draft and are accepted, and the second turn reuses both caches."""
+    sidecar = trained.eagle3() if kind == "eagle3" else trained.dflash()
+    with (
+        ModelPair.load(trained.target(), sidecar, TINY) as pair,
+        ModelPair.load(trained.target(), None, TINY) as alone,
+    ):
+        prompt = pair.chat_prompt([ChatMessage("user", "Write a story about the ocean.")])
+        ref = run(alone, prompt, speculative=False, max_tokens=24)
+        out = run(pair, prompt, drafter=kind, draft_max=3, max_tokens=24)
+        assert_same_greedy(pair, prompt, out.ids, ref.ids)
+        assert out.stats.drafters[kind].accepted > 0
+        chat = [
+            ChatMessage("user", "Write a story about the ocean."),
+            ChatMessage("assistant", out.text),
+            ChatMessage("user", "And then?"),
+        ]
+        turn = pair.chat_prompt(chat)
+        second = run(pair, turn, drafter=kind, draft_max=3, max_tokens=12)
+        assert second.prefill is not None and second.prefill.prefill_tokens < len(turn) - len(prompt) + 8
+        assert_same_greedy(pair, turn, second.ids, run(alone, turn, speculative=False, max_tokens=12).ids)
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
