@@ -49,7 +49,7 @@ from ..sampling import Dist, SamplerSettings
 from . import DrafterKind, Proposal
 from .model import ModelDrafter
 from .names import CROSS
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
 
 GREEDY = SamplerSettings(temperature=0.0)
 # Whether a sampled answer drafts with the shared-vocabulary q by default (see the module
@@ -397,19 +397,13 @@ def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
     return None
 
 
-def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
-    """The round's drafting as it measured it (draft steps and translation): measure_costs
-    times a draft step, not the encoding around it."""
-    return draft_s / costs.target_step_s
-
-
 SPEC = DrafterSpec(
     name=CROSS,
     label="cross-tokenizer draft",
     needs=Needs.DRAFT_MODEL,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
+    draft_cost=timed_draft_cost,
     untimed_rank=2,
     phrase=lambda target, draft: f"{draft.path.name} (across tokenizers)" if draft is not None else "",
     note="the draft model, across tokenizers",

@@ -45,7 +45,7 @@ from ..sidecar import read_facts
 from ..sidecar_model import DECODE, SidecarModel, dflash_selector_top_k, set_embeddings_nextn
 from . import DrafterKind, Proposal, draw
 from .names import DFLASH
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
 
 # Target positions waiting to be injected before they go in unasked (a long prefill).
 _FLUSH_ROWS = 64
@@ -299,11 +299,6 @@ def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
     )
 
 
-def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
-    """measure_costs does not time it: a round counts its block as it measured it itself."""
-    return draft_s / costs.target_step_s
-
-
 def _phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
     head = head_of(target)
     return f"{head.path.name} ({head.label})" if head is not None else "a DFlash drafter"
@@ -315,7 +310,7 @@ SPEC = DrafterSpec(
     needs=Needs.SIDECAR,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
+    draft_cost=timed_draft_cost,
     untimed_rank=1,
     listens=("layer rows",),
     phrase=_phrase,

@@ -43,7 +43,7 @@ from ..sidecar import read_facts
 from ..sidecar_model import DECODE, ENCODE, SidecarModel, get_nextn_ith, set_embeddings_nextn
 from . import DrafterKind, Proposal, draw
 from .names import EAGLE3
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
 
 # Target rows encoded per encoder pass: llama.cpp's output buffer holds this many logits rows
 # (128k-token vocabularies: 8 MiB), and the encoder is one small matmul a row.
@@ -310,11 +310,6 @@ def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
     )
 
 
-def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
-    """measure_costs does not time it: a round counts its steps as it measured them itself."""
-    return draft_s / costs.target_step_s
-
-
 def _phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
     head = head_of(target)
     return f"{head.path.name} ({head.label})" if head is not None else "an EAGLE-3 drafter"
@@ -326,7 +321,7 @@ SPEC = DrafterSpec(
     needs=Needs.SIDECAR,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
+    draft_cost=timed_draft_cost,
     untimed_rank=1,
     listens=("layer rows",),
     phrase=_phrase,

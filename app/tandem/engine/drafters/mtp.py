@@ -26,7 +26,7 @@ from ..sampling import NonFiniteLogits, SamplerSettings
 from ..sidecar import mtp_only
 from . import DrafterKind, Proposal, draw
 from .names import MTP
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
 
 
 class MtpDrafter:
@@ -133,19 +133,13 @@ def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
     return unsupported_message(name)
 
 
-def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
-    """measure_costs does not time the heads: a round counts its head steps as it measured
-    them itself."""
-    return draft_s / costs.target_step_s
-
-
 SPEC = DrafterSpec(
     name=MTP,
     label="built-in heads (MTP)",
     needs=Needs.HEADS,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
+    draft_cost=timed_draft_cost,
     untimed_rank=1,
     attach=attach,
     listens=("hidden rows",),

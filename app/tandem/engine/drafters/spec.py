@@ -65,6 +65,13 @@ class CostView(Protocol):
     def catchup(self, n: int) -> float: ...
 
 
+def timed_draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
+    """A round's drafting in target steps as the round timed it itself: for the kinds whose
+    steps measure_costs does not time (the heads, trained drafters, a cross draft with its
+    translation)."""
+    return draft_s / costs.target_step_s
+
+
 @dataclass(frozen=True, slots=True)
 class Offer:
     """A drafter's bid for this round: K, and the tokens per second it expects (0.0: not
