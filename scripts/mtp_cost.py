@@ -43,22 +43,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
+    from round_times import alternate
+
     import model_files
-    from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+    from tandem.engine import LoadOptions, ModelPair
     from tandem.engine.draft_policy import expected_tokens
     from tandem.engine.mtp import heads_of
-    from tandem.session.collect import collect
 
     shape = model_files.QWEN35_SHAPES[args.shape]
     print(f"writing/reading the {args.shape}-shaped random model (once: a few GB)...", flush=True)
     path = model_files.tiny_mtp_model(f"qwen35-{args.shape}-shaped-mtp", seed=5, shape=shape)
     opts = LoadOptions(n_ctx=1024, n_threads=args.threads, n_gpu_layers=0)
     prompt_text = "Write a long story about the sea, the wind and an old lighthouse keeper. " * 4
-    steps: list[float] = []
-    first: dict[int, list[float]] = {k: [] for k in KS}
-    rest: dict[int, list[float]] = {k: [] for k in KS}
-    verify: dict[int, list[float]] = {k: [] for k in KS}
-    caught: list[int] = []
     with ModelPair.load(path, None, opts) as pair:
         head = heads_of(pair.target)
         assert head is not None, "the heads did not load"
@@ -68,28 +64,14 @@ def main() -> int:
             f"{shape.n_layer} layers + 1 MTP block, vocabulary {pair.target.n_vocab:,}; "
             f"{args.threads} thread(s), prompt {len(prompt)} tokens, {args.tokens} tokens per run"
         )
-        for run in range(args.runs):
-            base = collect(pair.generate(prompt, GenerationConfig(max_tokens=args.tokens), speculative=False))
-            # A plain round's verify_s is one target step (the first runs cold: skipped).
-            steps += [r.verify_s for r in base.rounds[1:]]
-            for k in KS:
-                cfg = GenerationConfig(max_tokens=args.tokens, drafter="mtp", adaptive=False, draft_max=k)
-                out = collect(pair.generate(prompt, cfg))
-                for r in out.rounds[1:]:
-                    if r.drafted == k:
-                        first[k].append(r.first_draft_s)
-                        if r.draft_passes > 1:
-                            rest[k].append((r.draft_s - r.first_draft_s) / (r.draft_passes - 1))
-                        verify[k].append(r.verify_s - r.checkpoint_s - r.restore_s)
-                        caught.append(r.caught_up)
-            print(f"  run {run + 1}/{args.runs} done", flush=True)
-    step = statistics.median(steps)
-    c_first = statistics.median(x for k in KS for x in first[k]) / step
-    c = statistics.median(x for k in KS for x in rest[k]) / step
-    v = {k + 1: statistics.median(verify[k]) / step for k in KS}
-    print(f"\nplain target step: {step * 1000:.1f} ms (median of {len(steps)})")
+        t = alternate(pair, prompt, "mtp", KS, args.tokens, args.runs)
+    step = t.step
+    c_first = statistics.median(x for k in KS for x in t.first[k]) / step
+    c = statistics.median(x for k in KS for x in t.rest[k]) / step
+    v = {k + 1: statistics.median(t.verify[k]) / step for k in KS}
+    print(f"\nplain target step: {step * 1000:.1f} ms (median of {len(t.steps)})")
     print(
-        f"c_first = {c_first:.3f}  (first head step, median catch-up {statistics.median(caught):.0f} "
+        f"c_first = {c_first:.3f}  (first head step, median catch-up {statistics.median(t.caught):.0f} "
         f"token(s))   c = {c:.3f}  (each further head step)"
     )
     print("v(n) = " + "  ".join(f"v({n}) {x:.2f}" for n, x in v.items()))

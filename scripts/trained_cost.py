@@ -33,10 +33,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from tandem.engine.config import DrafterChoice
 
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PROMPT = "Write a long story about the sea, the wind and an old lighthouse keeper. " * 3
@@ -44,7 +48,7 @@ PROMPT = "Write a long story about the sea, the wind and an old lighthouse keepe
 
 @dataclass
 class Setup:
-    kind: str
+    kind: DrafterChoice
     title: str
     target: Callable[[], Path]
     drafter: Callable[[], Path]
@@ -91,19 +95,15 @@ def main() -> int:
 
 
 def measure(setup: Setup, args: argparse.Namespace) -> None:
-    from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+    from round_times import alternate
+
+    from tandem.engine import LoadOptions, ModelPair
     from tandem.engine.gguf_file import read_gguf
-    from tandem.session.collect import collect
 
     print(f"\n== {setup.title}", flush=True)
     print("writing/reading the models (once: several GB)...", flush=True)
     target_path, drafter_path = setup.target(), setup.drafter()
     opts = LoadOptions(n_ctx=1024, n_threads=args.threads, n_gpu_layers=0)
-    steps: list[float] = []
-    first: dict[int, list[float]] = {k: [] for k in setup.ks}
-    rest: dict[int, list[float]] = {k: [] for k in setup.ks}
-    verify: dict[int, list[float]] = {k: [] for k in setup.ks}
-    caught: list[int] = []
     with ModelPair.load(target_path, drafter_path, opts) as pair:
         prompt = pair.raw_prompt(PROMPT)
         print(
@@ -112,27 +112,12 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
             f"{len(prompt)} tokens, {args.tokens} tokens per run",
             flush=True,
         )
-        for run in range(args.runs):
-            base = collect(pair.generate(prompt, GenerationConfig(max_tokens=args.tokens), speculative=False))
-            steps += [r.verify_s for r in base.rounds[1:]]  # (the first runs cold)
-            for k in setup.ks:
-                cfg = GenerationConfig(
-                    max_tokens=args.tokens, drafter=setup.kind, adaptive=False, draft_max=k
-                )  # type: ignore[arg-type]
-                out = collect(pair.generate(prompt, cfg))
-                for r in out.rounds[1:]:
-                    if r.drafted == k:
-                        first[k].append(r.first_draft_s)
-                        if r.draft_passes > 1:
-                            rest[k].append((r.draft_s - r.first_draft_s) / (r.draft_passes - 1))
-                        verify[k].append(r.verify_s - r.checkpoint_s - r.restore_s)
-                        caught.append(r.caught_up)
-            print(f"  run {run + 1}/{args.runs} done", flush=True)
-    step = statistics.median(steps)
-    v = {k + 1: statistics.median(verify[k]) / step for k in setup.ks if verify[k]}
+        t = alternate(pair, prompt, setup.kind, setup.ks, args.tokens, args.runs)
+    step = t.step
+    v = {k + 1: statistics.median(t.verify[k]) / step for k in setup.ks if t.verify[k]}
     print(
         f"\nMEASURED on this CPU ({args.threads} thread): plain target step {step * 1000:.0f} ms "
-        f"(median of {len(steps)})"
+        f"(median of {len(t.steps)})"
     )
     print("v(n) = " + "  ".join(f"v({n}) {x:.2f}" for n, x in v.items()))
     t_info, d_info = read_gguf(target_path), read_gguf(drafter_path)
@@ -140,10 +125,10 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
     target_step = sum(b for name, b in tb.items() if name != "token_embd.weight")
     db = _bytes(d_info)
     if setup.kind == "eagle3":
-        c_first = statistics.median(x for k in setup.ks for x in first[k]) / step
-        c = statistics.median(x for k in setup.ks for x in rest[k]) / step
+        c_first = statistics.median(x for k in setup.ks for x in t.first[k]) / step
+        c = statistics.median(x for k in setup.ks for x in t.rest[k]) / step
         print(
-            f"c_first = {c_first:.3f}  (catch-up of a median {statistics.median(caught):.0f} entries, then "
+            f"c_first = {c_first:.3f}  (catch-up of a median {statistics.median(t.caught):.0f} entries, then "
             f"the last token's)   c = {c:.3f}  (each further step)"
         )
         cpu = {k: c_first + (k - 1) * c for k in setup.ks}
@@ -158,7 +143,7 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
         )
         gpu = {k: g_enc + k * g_c for k in range(1, 9)}
     else:
-        blocks = {k: statistics.median(first[k]) / step for k in setup.ks if first[k]}
+        blocks = {k: statistics.median(t.first[k]) / step for k in setup.ks if t.first[k]}
         print(
             "block(K) = "
             + "  ".join(f"block({k}) {x:.3f}" for k, x in blocks.items())
