@@ -1056,6 +1056,46 @@ def _padded_vocab(n_vocab: int) -> tuple[dict[str, object], list[str], list[int]
     return tok, tokens, types
 
 
+def _dense_layer(
+    rng: np.random.Generator, sh: DenseShape, *, attn_in: int | None = None, out_scale: float = 1.0
+) -> dict[str, np.ndarray]:
+    """One decoder layer's Q8_0 matrices (attention, gated feed-forward) of a `sh`-wide model;
+    q/k/v read `attn_in` columns (EAGLE-3's layer reads twice the width), the output
+    projections are scaled by `out_scale`."""
+    e = sh.n_embd
+    a = attn_in or e
+    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
+    return {
+        "attn_q.weight": _q8(rng, q_out, a),
+        "attn_k.weight": _q8(rng, kv_out, a),
+        "attn_v.weight": _q8(rng, kv_out, a),
+        "attn_output.weight": _q8(rng, e, q_out, out_scale),
+        "ffn_gate.weight": _q8(rng, sh.n_ff, e),
+        "ffn_up.weight": _q8(rng, sh.n_ff, e),
+        "ffn_down.weight": _q8(rng, e, sh.n_ff, out_scale),
+    }
+
+
+def _shaped_writer(part: Path, arch: str, name: str, sh: DenseShape, n_layer: int) -> Any:
+    """A GGUFWriter with the hyperparameters every shaped model writes."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(part), arch)
+    writer.add_name(name)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(sh.n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(sh.n_ff)
+    writer.add_head_count(sh.n_head)
+    writer.add_head_count_kv(sh.n_head_kv)
+    writer.add_key_length(sh.head_dim)
+    writer.add_value_length(sh.head_dim)
+    writer.add_rope_dimension_count(sh.head_dim)
+    writer.add_rope_freq_base(sh.rope_base)
+    writer.add_layer_norm_rms_eps(1e-6)
+    return writer
+
+
 def shaped_target(name: str, arch: str, shape: DenseShape, *, seed: int = 11) -> Path:
     """A Q8_0 random-weight target of `arch` ("llama" or "qwen3", which adds q/k norms)."""
     out = CACHE / "shaped" / f"{name}.gguf"
@@ -1069,30 +1109,9 @@ def shaped_target(name: str, arch: str, shape: DenseShape, *, seed: int = 11) ->
     rng = np.random.default_rng(seed)
     embd = _q8(rng, sh.n_vocab, sh.n_embd, 0.5 * sh.n_embd**0.5)
     head = _q8(rng, sh.n_vocab, sh.n_embd)
-    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
-    layer = {
-        "attn_q.weight": _q8(rng, q_out, sh.n_embd),
-        "attn_k.weight": _q8(rng, kv_out, sh.n_embd),
-        "attn_v.weight": _q8(rng, kv_out, sh.n_embd),
-        "attn_output.weight": _q8(rng, sh.n_embd, q_out, 0.03),
-        "ffn_gate.weight": _q8(rng, sh.n_ff, sh.n_embd),
-        "ffn_up.weight": _q8(rng, sh.n_ff, sh.n_embd),
-        "ffn_down.weight": _q8(rng, sh.n_embd, sh.n_ff, 0.03),
-    }
+    layer = _dense_layer(rng, sh, out_scale=0.03)
     part = _atomic_target(out)
-    writer = gguf.GGUFWriter(str(part), arch)
-    writer.add_name(name)
-    writer.add_context_length(8192)
-    writer.add_embedding_length(sh.n_embd)
-    writer.add_block_count(sh.n_layer)
-    writer.add_feed_forward_length(sh.n_ff)
-    writer.add_head_count(sh.n_head)
-    writer.add_head_count_kv(sh.n_head_kv)
-    writer.add_key_length(sh.head_dim)
-    writer.add_value_length(sh.head_dim)
-    writer.add_rope_dimension_count(sh.head_dim)
-    writer.add_rope_freq_base(sh.rope_base)
-    writer.add_layer_norm_rms_eps(1e-6)
+    writer = _shaped_writer(part, arch, name, sh, sh.n_layer)
     writer.add_tensor("token_embd.weight", embd, raw_dtype=q8)
     writer.add_tensor("output.weight", head, raw_dtype=q8)
     writer.add_tensor("output_norm.weight", np.ones(sh.n_embd, dtype=np.float32))
@@ -1122,20 +1141,9 @@ def shaped_eagle3(name: str, target: DenseShape, *, layers: tuple[int, int, int]
     tok, tokens, types = _padded_vocab(sh.n_vocab)
     rng = np.random.default_rng(13)
     e = sh.n_embd
-    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
     arch = "eagle3"
     part = _atomic_target(out)
-    writer = gguf.GGUFWriter(str(part), arch)
-    writer.add_name(name)
-    writer.add_context_length(8192)
-    writer.add_embedding_length(e)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(sh.n_ff)
-    writer.add_head_count(sh.n_head)
-    writer.add_head_count_kv(sh.n_head_kv)
-    writer.add_rope_dimension_count(sh.head_dim)
-    writer.add_rope_freq_base(sh.rope_base)
-    writer.add_layer_norm_rms_eps(1e-6)
+    writer = _shaped_writer(part, arch, name, sh, 1)
     _add_metadata(writer, {f"{arch}.target_layers": list(layers), f"{arch}.target_hidden_size": e})
     keep = np.sort(rng.choice(sh.n_vocab, draft_vocab, replace=False)).astype(np.int64)
     writer.add_tensor("d2t", keep)
@@ -1145,16 +1153,8 @@ def shaped_eagle3(name: str, target: DenseShape, *, layers: tuple[int, int, int]
     p = "blk.0."
     for key in ("attn_norm", "attn_norm_2", "ffn_norm"):
         writer.add_tensor(p + key + ".weight", np.ones(e, dtype=np.float32))
-    for key, (rows, cols) in {
-        "attn_q": (q_out, 2 * e),
-        "attn_k": (kv_out, 2 * e),
-        "attn_v": (kv_out, 2 * e),
-        "attn_output": (e, q_out),
-        "ffn_gate": (sh.n_ff, e),
-        "ffn_up": (sh.n_ff, e),
-        "ffn_down": (e, sh.n_ff),
-    }.items():
-        writer.add_tensor(p + key + ".weight", _q8(rng, rows, cols), raw_dtype=q8)
+    for key, value in _dense_layer(rng, sh, attn_in=2 * e).items():
+        writer.add_tensor(p + key, value, raw_dtype=q8)
     return _write_shaped(writer, part, out, tok, tokens, types)
 
 
@@ -1174,31 +1174,10 @@ def shaped_dflash(
     tok, tokens, types = _padded_vocab(sh.n_vocab)
     rng = np.random.default_rng(17)
     e = sh.n_embd
-    q_out, kv_out = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
-    layer = {
-        "attn_q.weight": _q8(rng, q_out, e),
-        "attn_k.weight": _q8(rng, kv_out, e),
-        "attn_v.weight": _q8(rng, kv_out, e),
-        "attn_output.weight": _q8(rng, e, q_out),
-        "ffn_gate.weight": _q8(rng, sh.n_ff, e),
-        "ffn_up.weight": _q8(rng, sh.n_ff, e),
-        "ffn_down.weight": _q8(rng, e, sh.n_ff),
-    }
+    layer = _dense_layer(rng, sh)
     arch = "dflash"
     part = _atomic_target(out)
-    writer = gguf.GGUFWriter(str(part), arch)
-    writer.add_name(name)
-    writer.add_context_length(8192)
-    writer.add_embedding_length(e)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(sh.n_ff)
-    writer.add_head_count(sh.n_head)
-    writer.add_head_count_kv(sh.n_head_kv)
-    writer.add_key_length(sh.head_dim)
-    writer.add_value_length(sh.head_dim)
-    writer.add_rope_dimension_count(sh.head_dim)
-    writer.add_rope_freq_base(sh.rope_base)
-    writer.add_layer_norm_rms_eps(1e-6)
+    writer = _shaped_writer(part, arch, name, sh, n_layer)
     mask = len(tokens) - 1  # an unused token
     _add_metadata(
         writer,
