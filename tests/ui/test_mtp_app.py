@@ -5,14 +5,12 @@ settings offer the mtp drafter, the chat colours their accepted guesses, and wha
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Select, Static
-from ui_helpers import picker, run_app, send, wait_for, wait_ready
+from ui_helpers import in_lm_studio, picker, run_app, send, wait_for, wait_ready
 
 from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_target, no_heads_target
 from hub_server import FakeHub
@@ -128,9 +126,7 @@ def test_choosing_the_mtp_drafter_in_the_settings(dirs: AppDirs) -> None:
 def test_a_gguf_on_disk_with_heads_offers_its_built_in_drafter(
     dirs: AppDirs, hf_env: Path, tiny_target: Path
 ) -> None:
-    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "qwen"
-    models.mkdir(parents=True)
-    shutil.copy(mtp_target(), models / MTP_FILE)
+    models = in_lm_studio("test/qwen", {MTP_FILE: mtp_target()})
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def scenario(pilot: Pilot[None]) -> None:

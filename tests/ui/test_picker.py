@@ -3,14 +3,12 @@ path, and the errors a user can meet (incompatible, corrupt, too big)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, TabbedContent
-from ui_helpers import picker, run_app, text_of, wait_for, wait_ready
+from ui_helpers import in_lm_studio, picker, run_app, text_of, wait_for, wait_ready
 
 import model_files
 from catalogs import TINY_ONLY_CATALOG, install_catalog
@@ -135,10 +133,7 @@ def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tin
     # Two GGUFs in an LM Studio folder, the second a smaller model with the same tokenizer;
     # no network (HF_HUB_OFFLINE).
     small = model_files.tiny_model("small", seed=3, n_embd=32)
-    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
-    models.mkdir(parents=True)
-    shutil.copy(tiny_target, models / "tiny-a.gguf")
-    shutil.copy(small, models / "tiny-small.gguf")
+    in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small.gguf": small})
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -168,10 +163,7 @@ def test_the_picker_offers_a_draft_of_another_tokenizer(
     """A smaller model whose tokenizer differs (two token texts swapped) is offered as a
     cross-tokenizer draft, marked so, and loads with the note that says how it drafts."""
     small = model_files.tiny_model("small-swapped", seed=3, n_embd=32, vocab_edit="swap")
-    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
-    models.mkdir(parents=True)
-    shutil.copy(tiny_target, models / "tiny-a.gguf")
-    shutil.copy(small, models / "tiny-small-swapped.gguf")
+    in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small-swapped.gguf": small})
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def scenario(pilot: Pilot[None]) -> None:

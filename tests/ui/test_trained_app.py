@@ -5,15 +5,13 @@ drafter data alone."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from textual.pilot import Pilot
 from textual.widgets import DataTable
-from ui_helpers import picker, run_app, send, wait_for
+from ui_helpers import in_lm_studio, picker, run_app, send, wait_for
 
 import trained
-from catalogs import link_or_copy
 from tandem.engine import Origin
 from tandem.session.pairs import PairRef
 from tandem.ui.app import TandemApp
@@ -26,9 +24,11 @@ from tandem.ui.widgets.stats import StatsPanel
 def test_the_picker_offers_a_drafter_beside_its_target_and_the_chat_drafts_with_it(
     dirs: AppDirs, hf_env: Path
 ) -> None:
-    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "test" / "tiny"
-    target = link_or_copy(trained.target(), models / "tiny-target-F32.gguf")
-    link_or_copy(trained.eagle3(), models / "eagle3-tiny-target-F32.gguf")
+    models = in_lm_studio(
+        "test/tiny",
+        {"tiny-target-F32.gguf": trained.target(), "eagle3-tiny-target-F32.gguf": trained.eagle3()},
+    )
+    target = models / "tiny-target-F32.gguf"
     app = TandemApp(dirs=dirs, calibrate_speed=False)
 
     async def scenario(pilot: Pilot[None]) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from catalogs import link_or_copy
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings
@@ -82,3 +85,12 @@ def picker(app: TandemApp) -> PickerScreen:
 
 def text_of(screen: PickerScreen, selector: str) -> str:
     return str(screen.query_one(selector, Static).render())
+
+
+def in_lm_studio(folder: str, files: dict[str, Path]) -> Path:
+    """GGUFs where LM Studio keeps models (~/.lmstudio/models/<folder>/<name>: source), for the
+    picker's On disk tab to find. The folder."""
+    models = Path(os.environ["HOME"]) / ".lmstudio" / "models" / folder
+    for name, src in files.items():
+        link_or_copy(src, models / name)
+    return models
