@@ -686,13 +686,7 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
         return out
     import gguf
 
-    tok = _smollm2_tokenizer()
-    tokens = list(tok["tokens"])  # type: ignore[call-overload]
-    types = list(tok["types"])  # type: ignore[call-overload]
-    if shape.n_vocab > len(tokens):
-        extra = shape.n_vocab - len(tokens)
-        tokens += [f"<|unused_{i}|>" for i in range(extra)]
-        types += [gguf.TokenType.UNUSED] * extra
+    tok, tokens, types = _padded_vocab(shape.n_vocab)
     rng = np.random.default_rng(seed)
     e, f, v = shape.n_embd, shape.n_ff, len(tokens)
     head_dim = e // shape.n_head
@@ -720,7 +714,6 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
         quant(p + "ffn_up.weight", f, e)
         quant(p + "ffn_down.weight", e, f, scale=2e-6)
     writer.add_name(f"shaped-{name}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     writer.add_context_length(131072)
     writer.add_embedding_length(e)
     writer.add_block_count(shape.n_layer)
@@ -730,22 +723,8 @@ def shaped_llama(name: str, shape: LlamaShape, *, seed: int = 0) -> Path:
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(500000.0)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(v)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(list(tok["merges"]))  # type: ignore[call-overload]
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_add_bos_token(False)
     writer.add_chat_template(str(tok["template"]))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    part.replace(out)
-    return out
+    return _write_shaped(writer, part, out, tok, tokens, types, gguf.LlamaFileType.MOSTLY_Q4_K_M)
 
 
 # ----------------------------------------------------------------------------- trained drafters
@@ -1202,11 +1181,19 @@ def shaped_dflash(
 
 
 def _write_shaped(
-    writer: Any, part: Path, out: Path, tok: dict[str, object], tokens: list[str], types: list[int]
+    writer: Any,
+    part: Path,
+    out: Path,
+    tok: dict[str, object],
+    tokens: list[str],
+    types: list[int],
+    file_type: int | None = None,
 ) -> Path:
+    """Finish a shaped model: its file type (Q8_0 unless said), SmolLM2's tokenizer padded to
+    the shape's vocabulary (_padded_vocab), then the file, renamed into place whole."""
     import gguf
 
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if file_type is None else file_type)
     writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
