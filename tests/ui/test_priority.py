@@ -21,7 +21,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pe
 
 
 def run_child(script: str, *args: str) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'ui'}", "TANDEM_UI_NICE": "19"}
+    # ui_helpers imports from tests/ too
+    path = os.pathsep.join(str(p) for p in (ROOT, ROOT / "tests", ROOT / "tests" / "ui"))
+    env = {**os.environ, "PYTHONPATH": path, "TANDEM_UI_NICE": "19"}
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
