@@ -23,7 +23,8 @@ def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
-        assert app.speed is not None and app.speed.source == "estimate"
+        view = app.chat.query_one(StatsPanel).view
+        assert view.speedup is None  # timed during each answer: nothing yet
         await send(pilot, "Hello there")
         chat = app.chat
         answers = list(chat.query(AnswerView))
@@ -47,6 +48,11 @@ def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef
         view = chat.query_one(StatsPanel).view
         assert view.prefill_tokens is not None and view.prefill_tokens == view.prompt_tokens
         assert view.tokens_per_s and view.speedup and view.acceptance is not None
+        # Against the target alone timed during this answer, never above tokens per pass.
+        assert view.speedup_steps >= 1 and view.target_alone_tps
+        assert view.speedup_low is not None and view.speedup_high is not None
+        assert view.speedup_low <= view.speedup <= view.speedup_high <= view.tokens_per_round + 1e-9
+        assert turns[1].stats["speedup"] == round(view.speedup, 3)
         assert view.k is not None and 0 <= view.k <= 4 and view.per_round
         # Saved on disk, origins included.
         saved = ConversationStore(dirs.conversations).load(chat.conv.id)
@@ -56,7 +62,7 @@ def test_send_streams_coloured_tokens_and_saves(dirs: AppDirs, tiny_ref: PairRef
 
 
 def test_second_turn_prefills_only_the_new_turn(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -78,7 +84,7 @@ def test_escape_stops_at_once_and_keeps_the_text(
 ) -> None:
     assert callable(write_settings)
     write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
-    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=smollm2_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -103,7 +109,7 @@ def test_quitting_mid_answer_saves_what_was_written_and_exits_cleanly(
 ) -> None:
     assert callable(write_settings)
     write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
-    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=smollm2_ref)
     seen: dict[str, object] = {}
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -130,7 +136,7 @@ def test_quitting_mid_answer_saves_what_was_written_and_exits_cleanly(
 
 
 def test_regenerate_new_chat_copy_and_reopen(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -159,7 +165,7 @@ def test_regenerate_new_chat_copy_and_reopen(dirs: AppDirs, tiny_ref: PairRef) -
 
 
 def test_colour_toggle_switches_to_markdown(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -178,7 +184,7 @@ def test_colour_toggle_switches_to_markdown(dirs: AppDirs, tiny_ref: PairRef) ->
 
 
 def test_system_prompt_is_sent(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -231,7 +237,7 @@ def test_a_conversation_outgrowing_the_context_drops_its_oldest_turns_with_a_not
 ) -> None:
     assert callable(write_settings)
     write_settings(replace(FIXED, n_ctx=256, max_tokens=12, system_prompt="Be brief."))
-    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=smollm2_ref)
     long_message = "Please remember this list: " + ", ".join(f"item {i}" for i in range(30))
 
     async def scenario(pilot: Pilot[None]) -> None:

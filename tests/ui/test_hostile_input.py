@@ -46,7 +46,7 @@ def lm_studio(hf_env: Path, tiny_target: Path) -> Path:
 
 
 def test_a_hostile_gguf_in_a_scanned_folder_leaves_the_picker_up(dirs: AppDirs, lm_studio: Path) -> None:
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10, "picker")
@@ -85,7 +85,7 @@ def test_a_worker_failing_unexpectedly_is_shown_and_the_app_goes_on(
 
     monkeypatch.setattr("tandem.ui.screens.picker.hub_reachable", broken_probe)
     monkeypatch.setattr("tandem.ui.picker.disk_tab.disk_models", broken_scan)
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10, "picker")
@@ -118,7 +118,7 @@ def test_two_instances_saving_settings_keep_each_other_s_changes(tmp_path: Path)
 
 
 def test_settings_saved_in_the_app_merge_with_the_file(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         # Another instance changes the temperature after this one started...
@@ -140,7 +140,7 @@ def test_a_saved_chat_that_cannot_be_read_now_is_reported_and_left_in_place(
     # A real read error without root's immunity to permissions: a folder where a chat file goes.
     blocked = dirs.conversations / "20261124-000000-blocked.json"
     blocked.mkdir(parents=True)
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(

@@ -35,7 +35,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
 ) -> None:
     hub.add(MTP_REPO, MTP_FILE, mtp_target()).chunk_delay_s = 0.02  # slow enough to see it
     install_catalog(tmp_path, MTP_ONLY_CATALOG, monkeypatch)
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -66,7 +66,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
 
     run_app(app, scenario)
     # The next start reopens it, without a draft.
-    again = TandemApp(dirs=dirs, calibrate_speed=False)
+    again = TandemApp(dirs=dirs)
 
     async def second(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -80,7 +80,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
 
 
 def test_choosing_the_mtp_drafter_in_the_settings(dirs: AppDirs) -> None:
-    app = TandemApp(dirs=dirs, pair=PairRef(mtp_target(), None), calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=PairRef(mtp_target(), None))
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -127,7 +127,7 @@ def test_a_gguf_on_disk_with_heads_offers_its_built_in_drafter(
     dirs: AppDirs, hf_env: Path, tiny_target: Path
 ) -> None:
     models = in_lm_studio("test/qwen", {MTP_FILE: mtp_target()})
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -149,7 +149,7 @@ def test_a_gguf_on_disk_with_heads_offers_its_built_in_drafter(
 
 
 def test_a_target_without_heads_alone_is_refused_and_the_app_goes_on(dirs: AppDirs) -> None:
-    app = TandemApp(dirs=dirs, pair=PairRef(no_heads_target(), None), calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=PairRef(no_heads_target(), None))
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(

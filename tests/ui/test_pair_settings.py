@@ -58,7 +58,7 @@ def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
     dirs = AppDirs.under(tmp_path / "chat-app")
     _app_settings(dirs)
     args = build_parser().parse_args(["chat", "--pair", "tiny"])
-    app = app_for(chat_options(args), dirs=dirs, calibrate_speed=False)
+    app = app_for(chat_options(args), dirs=dirs)
 
     async def chat_scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -71,7 +71,7 @@ def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
     # the picker, on a first run
     dirs = AppDirs.under(tmp_path / "picker-app")
     _app_settings(dirs)
-    picked = TandemApp(dirs=dirs, calibrate_speed=False)
+    picked = TandemApp(dirs=dirs)
 
     async def picker_scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(picked.screen, PickerScreen), 10, "picker")
@@ -93,7 +93,7 @@ def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
 def test_the_panel_shows_k_as_the_engine_runs_it(dirs: AppDirs, tiny_close_ref: PairRef) -> None:
     # Seeded sampling with adaptive drafting asked for: the engine drafts a fixed K = 5.
     save_settings(dirs.settings_file, replace(FIXED, draft_max=None, adaptive=True, temperature=0.8, seed=3))
-    app = TandemApp(dirs=dirs, pair=tiny_close_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_close_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)

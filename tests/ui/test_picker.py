@@ -24,7 +24,7 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
 ) -> None:
     for f in tiny_hub.files.values():
         f.chunk_delay_s = 0.002  # slow enough to see progress
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -50,7 +50,7 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
 
     run_app(app, scenario)
     # The next start opens the last pair directly.
-    again = TandemApp(dirs=dirs, calibrate_speed=False)
+    again = TandemApp(dirs=dirs)
 
     async def second(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -72,7 +72,7 @@ def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_dow
     )
     for f in tiny_hub.files.values():
         f.chunk_delay_s = 0.01  # the note must be on screen while the download runs
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
     note = "pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed on the Hugging Face hub"
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -99,7 +99,7 @@ def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_dow
 def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path) -> None:
     for f in tiny_hub.files.values():
         f.chunk_delay_s = 0.02  # ~3 MB/s: the tiny target takes a few seconds
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -134,7 +134,7 @@ def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tin
     # no network (HF_HUB_OFFLINE).
     small = model_files.tiny_model("small", seed=3, n_embd=32)
     in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small.gguf": small})
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -164,7 +164,7 @@ def test_the_picker_offers_a_draft_of_another_tokenizer(
     cross-tokenizer draft, marked so, and loads with the note that says how it drafts."""
     small = model_files.tiny_model("small-swapped", seed=3, n_embd=32, vocab_edit="swap")
     in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small-swapped.gguf": small})
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)
@@ -203,7 +203,7 @@ def test_bad_pairs_are_refused_and_the_current_pair_stays(
         target, draft, expect = tiny_ref.target, broken, "truncated"
     else:
         target, draft, expect = tiny_ref.target, tmp_path / "nope.gguf", "not found"
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -228,7 +228,7 @@ def test_bad_pairs_are_refused_and_the_current_pair_stays(
 def test_switch_pair_by_path_then_chat(dirs: AppDirs, tiny_ref: PairRef, tiny_close_ref: PairRef) -> None:
     from ui_helpers import send
 
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -257,7 +257,7 @@ def test_too_big_needs_a_second_enter(
     dirs: AppDirs, tiny_ref: PairRef, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TANDEM_MEMORY", "1M")
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)

@@ -99,7 +99,7 @@ def test_the_app_lowers_its_ui_thread_and_not_the_engine(
         target, draft, tmp = sys.argv[1:4]
         dirs = AppDirs.under(Path(tmp))
         save_settings(dirs.settings_file, FIXED)
-        app = TandemApp(dirs=dirs, pair=PairRef(Path(target), Path(draft)), calibrate_speed=False)
+        app = TandemApp(dirs=dirs, pair=PairRef(Path(target), Path(draft)))
         seen = {}
 
         async def main():

@@ -22,8 +22,7 @@ import pytest
 
 from tandem.engine import Origin
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans
-from tandem.ui.speed import SpeedReference, SpeedStore
-from tandem.ui.storage import AppDirs, read_json
+from tandem.ui.storage import AppDirs, read_json, update_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -262,18 +261,22 @@ def test_a_chat_that_cannot_be_read_for_now_is_left_where_it_is(
 def test_update_json_never_overwrites_a_file_it_could_not_read(
     tmp_path: Path, unreadable: Callable[[Path, int], Callable[[], None]]
 ) -> None:
-    speeds = SpeedStore(tmp_path / "speeds.json")
-    speeds.put("a", SpeedReference(10.0, "measured", "m", 1.0))
-    before = speeds.path.read_bytes()
-    restore = unreadable(speeds.path, errno.EIO)
+    path = tmp_path / "state.json"
+
+    def put(key: str) -> Callable[[Any], dict[str, Any]]:
+        return lambda data: {**(data if isinstance(data, dict) else {}), key: 1}
+
+    update_json(path, put("a"))
+    before = path.read_bytes()
+    restore = unreadable(path, errno.EIO)
     with pytest.raises(OSError):
-        speeds.put("b", SpeedReference(20.0, "estimate", "e", 2.0))
+        update_json(path, put("b"))
     restore()
-    assert speeds.path.read_bytes() == before  # pair "a"'s measurement is not lost
+    assert path.read_bytes() == before  # "a" is not lost
     # A missing or damaged file is replaced, as before.
-    speeds.path.write_text("{broken")
-    speeds.put("b", SpeedReference(20.0, "estimate", "e", 2.0))
-    assert list(read_json(speeds.path)) == ["b"]
+    path.write_text("{broken")
+    update_json(path, put("b"))
+    assert list(read_json(path)) == ["b"]
 
 
 # ---------------------------------------------------------------------- two instances at once
@@ -281,7 +284,6 @@ WORKER = """
 import sys, time
 from pathlib import Path
 kind, path, me, n = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-from tandem.ui.speed import SpeedReference, SpeedStore
 from tandem.ui.storage import update_json
 
 def change(state):  # what TandemApp._remember_pair does, plus a counter to see lost updates
@@ -295,8 +297,8 @@ go = path.with_name("go")
 while not go.exists():  # start together, so that the updates interleave
     time.sleep(0.001)
 for i in range(n):
-    if kind == "speeds":
-        SpeedStore(path).put(f"{me}-{i}", SpeedReference(1.0 + i, "estimate", "e", time.time()))
+    if kind == "keys":  # each instance adds keys of its own
+        update_json(path, lambda d, key=f"{me}-{i}": {**(d if isinstance(d, dict) else {}), key: i})
     else:
         update_json(path, change)
 """
@@ -327,13 +329,14 @@ def _run_two(kind: str, path: Path, n: int) -> None:
 N = 150
 
 
-def test_two_instances_updating_speeds_lose_nothing(dirs: AppDirs) -> None:
-    _run_two("speeds", dirs.speeds_file, N)
-    saved = read_json(dirs.speeds_file)
+def test_two_instances_adding_keys_lose_nothing(dirs: AppDirs) -> None:
+    path = dirs.data / "keys.json"
+    _run_two("keys", path, N)
+    saved = read_json(path)
     assert isinstance(saved, dict)
     missing = {f"{me}-{i}" for me in ("one", "two") for i in range(N)} - set(saved)
     assert not missing, f"{len(missing)} of {2 * N} updates lost"
-    assert SpeedStore(dirs.speeds_file).get("two-7") == SpeedReference.from_json(saved["two-7"])
+    assert saved["two-7"] == 7
 
 
 def test_two_instances_updating_state_lose_nothing(dirs: AppDirs) -> None:

@@ -22,7 +22,6 @@ def test_demo_runs_target_alone_then_speculative(dirs: AppDirs, tiny_close_ref: 
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
-        assert app.speed is not None and app.speed.source == "estimate"
         await pilot.press("f3")
         await wait_for(pilot, lambda: isinstance(app.screen, DemoScreen), 10)
         demo = app.screen
@@ -36,10 +35,6 @@ def test_demo_runs_target_alone_then_speculative(dirs: AppDirs, tiny_close_ref: 
         verdict = str(demo.query_one("#verdict", Static).render())
         assert "Speedup" in verdict and "identical output" in verdict
         assert demo.query_one("#baseline", DemoPane).ids == demo.query_one("#speculative", DemoPane).ids
-        # The measured target-alone rate replaces the estimate, and is kept for this pair.
-        assert app.speed is not None and app.speed.source == "measured"
-        assert abs(app.speed.tokens_per_s - base.decode_tokens_per_s) < 1e-6
-        assert app.speeds.get(tiny_close_ref.key) == app.speed
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.chat
@@ -51,8 +46,8 @@ def test_demo_escape_stops_and_does_not_start_the_second_run(
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, max_tokens=300, n_threads=None))
-    app = TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    write_settings(replace(FIXED, max_tokens=2000, n_threads=None))
+    app = TandemApp(dirs=dirs, pair=smollm2_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -60,6 +55,9 @@ def test_demo_escape_stops_and_does_not_start_the_second_run(
         await wait_for(pilot, lambda: isinstance(app.screen, DemoScreen), 10)
         demo = app.screen
         assert isinstance(demo, DemoScreen)
+        # A long answer: each key press waits until the process is idle (Textual's pilot, up to
+        # 1 s) while the engine keeps it busy, and a short answer would end before Escape lands.
+        demo.query_one("#demo-prompt", Input).value = "List 200 animals, one per line, numbered."
         await pilot.press("enter")
         pane = demo.query_one("#baseline", DemoPane)
         await wait_for(pilot, lambda: len(pane.ids) > 5, 60, "tokens")
@@ -67,7 +65,6 @@ def test_demo_escape_stops_and_does_not_start_the_second_run(
         await wait_for(pilot, lambda: demo.job is None, 20, "stop")
         assert demo.results["baseline"].stop_reason == "cancelled"
         assert "speculative" not in demo.results and demo.stage == "baseline"
-        assert app.speed is None  # a stopped run is no measurement of the target alone
 
     run_app(app, scenario)
 
@@ -79,7 +76,7 @@ def test_first_difference() -> None:
 
 
 def test_settings_are_validated_saved_as_toml_and_reload_the_pair(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -121,7 +118,7 @@ def test_settings_are_validated_saved_as_toml_and_reload_the_pair(dirs: AppDirs,
 
 
 def test_help_and_command_palette(dirs: AppDirs, tiny_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -129,7 +126,7 @@ def test_help_and_command_palette(dirs: AppDirs, tiny_ref: PairRef) -> None:
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         text = " ".join(str(s.render()) for s in app.screen.query(Static))
-        assert "green" in text and "bonus" in text and "estimate" in text and "Prefill" in text
+        assert "green" in text and "bonus" in text and "same answer" in text and "Prefill" in text
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.chat
@@ -149,7 +146,7 @@ def test_help_and_command_palette(dirs: AppDirs, tiny_ref: PairRef) -> None:
 def test_saved_chats_list_opens_and_deletes(dirs: AppDirs, tiny_ref: PairRef) -> None:
     from tandem.ui.screens.conversations import ConversationsScreen
 
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)

@@ -27,24 +27,27 @@ from tandem.session.pairs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.conversations import Conversation
 from tandem.ui.screens.demo import DemoPane, DemoScreen
-from tandem.ui.speed import SpeedReference
 from tandem.ui.storage import AppDirs, write_json
 from tandem.ui.widgets.stats import StatsPanel, StatsView
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chat.json"
 Snap = Callable[..., bool]
 
-REFERENCE = SpeedReference(46.9, "estimate", "estimate: 9 timed target steps", 0.0)
 PER_ROUND = [13, 13, 9, 13, 5, 13, 13, 13, 8, 13, 13, 6, 13, 13, 3, 13, 7, 13, 13, 9, 4, 13, 6, 3]
 
 
-def fixed_view(app: TandemApp) -> StatsView:
+def fixed_view(app: TandemApp, *, load_changed: bool = False) -> StatsView:
     assert app.loaded is not None
     return StatsView(
         pair=app.loaded.ref.label,
         state="ready",
         tokens_per_s=57.9,
-        reference=REFERENCE,
+        speedup=1.23,
+        speedup_low=1.15,
+        speedup_high=1.31,
+        target_alone_tps=46.9,
+        speedup_steps=5,
+        load_changed=load_changed,
         acceptance=0.91,
         accepted=120,
         drafted=132,
@@ -78,14 +81,13 @@ async def still(pilot: Pilot[None]) -> None:
 
 
 def chat_app(dirs: AppDirs, smollm2_ref: PairRef) -> TandemApp:
-    return TandemApp(dirs=dirs, pair=smollm2_ref, calibrate_speed=False)
+    return TandemApp(dirs=dirs, pair=smollm2_ref)
 
 
 async def show_chat(pilot: Pilot[None]) -> None:
     app = pilot.app
     assert isinstance(app, TandemApp)
     await wait_ready(pilot)
-    app.speed = REFERENCE
     app.chat.load_conversation(conversation())
     await pilot.pause()
     app.chat.query_one(StatsPanel).show(fixed_view(app))
@@ -95,6 +97,19 @@ async def show_chat(pilot: Pilot[None]) -> None:
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
 def test_chat(snap_compare: Snap, dirs: AppDirs, smollm2_ref: PairRef, size: tuple[int, int]) -> None:
     assert snap_compare(chat_app(dirs, smollm2_ref), terminal_size=size, run_before=show_chat)
+
+
+def test_chat_on_a_busy_machine(snap_compare: Snap, dirs: AppDirs, smollm2_ref: PairRef) -> None:
+    """The machine's speed changed mid-answer (a neighbour arrived): the panel says so."""
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await show_chat(pilot)
+        app = pilot.app
+        assert isinstance(app, TandemApp)
+        app.chat.query_one(StatsPanel).show(fixed_view(app, load_changed=True))
+        await still(pilot)
+
+    assert snap_compare(chat_app(dirs, smollm2_ref), terminal_size=(120, 40), run_before=run_before)
 
 
 def test_chat_plain_reading(snap_compare: Snap, dirs: AppDirs, smollm2_ref: PairRef) -> None:
@@ -112,7 +127,7 @@ def test_picker_first_run_offline(snap_compare: Snap, dirs: AppDirs, smollm2_ref
     folder.mkdir(parents=True)
     for f in (smollm2_ref.target, smollm2_ref.draft):
         os.symlink(f, folder / f.name)
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def run_before(pilot: Pilot[None]) -> None:
         from tandem.ui.screens.picker import PickerScreen
@@ -130,7 +145,7 @@ def test_picker_catalog(snap_compare: Snap, dirs: AppDirs, monkeypatch: pytest.M
     """The built-in catalog with the default pair preselected, as on a first run with network
     (the network check is answered by a stand-in)."""
     monkeypatch.setattr("tandem.ui.screens.picker.hub_reachable", lambda: (True, ""))
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def run_before(pilot: Pilot[None]) -> None:
         from tandem.ui.screens.picker import PickerScreen
@@ -170,7 +185,7 @@ def test_demo(snap_compare: Snap, dirs: AppDirs, smollm2_ref: PairRef) -> None:
 
 @pytest.mark.parametrize("key", ["f4", "f1"], ids=["settings", "help"])
 def test_modal_screens(snap_compare: Snap, dirs: AppDirs, tiny_ref: PairRef, key: str) -> None:
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -192,7 +207,7 @@ def test_saved_chats(
         data: dict[str, Any] = dict(base, id=f"20261121-12000{i}-abc", updated=base["updated"] + 3600 * i)
         data["turns"] = [dict(base["turns"][0], content=title), base["turns"][1]]
         write_json(dirs.conversations / f"{data['id']}.json", data)
-    app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=tiny_ref)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)

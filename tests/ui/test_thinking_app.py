@@ -31,7 +31,7 @@ def thinker_ref() -> PairRef:
 
 
 def test_reasoning_streams_into_a_thinking_section_and_is_saved(dirs: AppDirs, thinker_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=thinker_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=thinker_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -74,7 +74,7 @@ def test_reasoning_streams_into_a_thinking_section_and_is_saved(dirs: AppDirs, t
 
 
 def test_f5_turns_thinking_off_for_this_chat(dirs: AppDirs, thinker_ref: PairRef) -> None:
-    app = TandemApp(dirs=dirs, pair=thinker_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=thinker_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)
@@ -100,7 +100,7 @@ def test_thinking_setting_off_is_the_default_for_new_chats(
 ) -> None:
     assert callable(write_settings)
     write_settings(replace(FIXED, think=False))
-    app = TandemApp(dirs=dirs, pair=thinker_ref, calibrate_speed=False)
+    app = TandemApp(dirs=dirs, pair=thinker_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_ready(pilot)

@@ -29,7 +29,7 @@ def test_the_picker_offers_a_drafter_beside_its_target_and_the_chat_drafts_with_
         {"tiny-target-F32.gguf": trained.target(), "eagle3-tiny-target-F32.gguf": trained.eagle3()},
     )
     target = models / "tiny-target-F32.gguf"
-    app = TandemApp(dirs=dirs, calibrate_speed=False)
+    app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), 10)

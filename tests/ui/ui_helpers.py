@@ -34,12 +34,10 @@ async def wait_for(
 
 
 async def wait_ready(pilot: Pilot[None], timeout: float = 60.0) -> TandemApp:
-    """Until the pair is loaded and its speed calibration (if any) is over."""
+    """Until the pair is loaded."""
     app = pilot.app
     assert isinstance(app, TandemApp)
-    await wait_for(
-        pilot, lambda: app.loaded is not None and app.loading is None and not app.calibrating, timeout, "load"
-    )
+    await wait_for(pilot, lambda: app.loaded is not None and app.loading is None, timeout, "load")
     return app
 
 

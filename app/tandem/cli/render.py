@@ -110,7 +110,13 @@ def legend(enabled: bool, speculative: bool) -> str:
     return "  ".join(parts)
 
 
-def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
+def speedup_text(s: GenerationStats) -> str:
+    """ "speedup 1.42x (1.31-1.50; target alone timed in 6 target steps during this answer)"."""
+    assert s.speedup is not None and s.speedup_low is not None and s.speedup_high is not None
+    return f"speedup {s.speedup:.2f}x ({s.speedup_low:.2f}-{s.speedup_high:.2f}; {s.speedup_how})"
+
+
+def stats_line(s: GenerationStats) -> str:
     parts = [
         f"{s.generated} tokens",
         f"{s.decode_tokens_per_s:.1f} tok/s",
@@ -133,8 +139,8 @@ def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
             parts.append("rounds drafted: " + ", ".join(drafted_by))  # who auto chose
     if s.reasoning_tokens:
         parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]
-    if baseline_tps:
-        parts.append(f"speedup {s.decode_tokens_per_s / baseline_tps:.2f}x")
+    if s.speedup is not None:
+        parts.append(speedup_text(s))
     if s.device:
         parts.append(f"on {s.device}")  # where the target ran: the CPU, or which GPU
     parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")

@@ -80,6 +80,14 @@ class RoundEvent:
     restore_s: float = 0.0
     # Of draft_s, re-encoding text between the draft's tokenizer and the target's (cross.py).
     translate_s: float = 0.0
+    # The round's wall time, from the end of the round before (planning, drafting, verifying,
+    # and the front-end's handling of the tokens): what a speedup is measured in (speedup.py).
+    wall_s: float = 0.0
+
+    @property
+    def target_s(self) -> float:
+        """The target's verify batch alone (undoing rejected drafts excluded)."""
+        return self.verify_s - self.checkpoint_s - self.restore_s
 
     def origin(self, i: int) -> Origin:
         """Who produced tokens[i]."""

@@ -18,10 +18,11 @@ from .draft_policy import CostModel
 from .drafters import registry
 from .errors import ContextOverflowError, TandemError
 from .events import DoneEvent, Event, GenerationStats, Origin, PrefillEvent, StartEvent, StopReason
-from .model import LoadedModel
+from .model import GOVERNOR, LoadedModel
 from .reasoning import REASONING, ReasoningFormat, ReasoningSplitter
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
+from .speedup import SpeedupMeter, with_speedup
 from .stats import Tally
 from .text_stream import TokenStream
 
@@ -162,7 +163,16 @@ def _drive(
         # Time inside llama.cpp: the models' decodes, and the listeners' (heads') when they draft.
         clocks: list[_Clock] = [*models, *used]
         llama0 = sum(c.decode_seconds for c in clocks)
-        t_start = time.perf_counter()
+        # The speedup against the target alone, timed during this generation (speedup.py), and
+        # the thread count following the machine (threads.py): told of every target step.
+        meter = SpeedupMeter()
+        # Probes (plain rounds the meter asks for) only where K is the policy's to choose: a
+        # fixed K drafts exactly K (`--no-adaptive`, a seeded run), its speedup only from the
+        # plain rounds it has.
+        probing = config.drafts_adaptively
+        governor = GOVERNOR
+        changes = changes0 = governor.changes
+        t_start = t_mark = time.perf_counter()
         reason: StopReason | None = None if ready else "cancelled"  # (a cancelled prefill)
         while reason is None:
             if cancelled():
@@ -176,13 +186,17 @@ def _drive(
             budget = min(max_tokens - generated - 1, room)
             in_reasoning = splitter is not None and splitter.in_reasoning
             t_round = time.perf_counter() if in_reasoning else 0.0
-            plan = PLAIN if scheduler is None else scheduler.plan(history, budget)
+            if scheduler is None:
+                plan = PLAIN
+            else:
+                plan = scheduler.plan(history, budget, probe=probing and meter.probe_due())
             rnd = run_round(target, plan, history, sampler, rng, cancel)
             if rnd is None:
                 reason = "cancelled"
                 break
             if scheduler is not None:
                 scheduler.observe(rnd)
+            governor.observe(("target", rnd.drafted + 1), rnd.target_s)
             # Accepted drafts, then the target's own token (asked once a round, not a token).
             own = rnd.origin(rnd.accepted)
             emitted = 0
@@ -208,6 +222,13 @@ def _drive(
             if emitted != rnd.emitted:
                 rnd.emitted = emitted  # the answer ended inside this round
             add_round(rnd.drafter, rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s)
+            now = time.perf_counter()
+            rnd.wall_s, t_mark = now - t_mark, now
+            if scheduler is not None:
+                if governor.changes != changes:
+                    changes = governor.changes
+                    meter.speed_changed()
+                meter.add(rnd.drafted, emitted, rnd.wall_s, timed=tally.rounds > 1)
             yield rnd
             if reason is None and generated >= max_tokens:
                 reason = "max_tokens"
@@ -223,7 +244,11 @@ def _drive(
             time.perf_counter() - t_start,
             llama_s=sum(c.decode_seconds for c in clocks) - llama0,
             stop_reason=reason,
+            threads=governor.level,
+            threads_changed=governor.changes - changes0,
         )
+        if scheduler is not None:
+            stats = with_speedup(stats, meter)
         if splitter is None:
             yield DoneEvent(stats, stream.text)
         else:

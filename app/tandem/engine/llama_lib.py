@@ -15,6 +15,8 @@ import importlib.util
 import sys
 import types
 
+from .threads import configure_openmp
+
 
 def _import_bindings() -> types.ModuleType:
     if "llama_cpp" not in sys.modules:
@@ -36,4 +38,5 @@ def _import_bindings() -> types.ModuleType:
     return importlib.import_module("llama_cpp.llama_cpp")
 
 
+configure_openmp()  # before llama.cpp's CPU backend loads libgomp (threads.py)
 llama_cpp = _import_bindings()

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import devices, hidden_rows, llama_log, rpc
+from . import devices, hidden_rows, llama_log, rpc, threads
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -75,6 +75,13 @@ _llama_get_sampled_logits_ith = llama_cpp.llama_get_sampled_logits_ith
 _backend_lock = threading.Lock()
 _backend_ready = False
 
+# Prompt chunks of at least this many tokens tell the thread governor how steps go (smaller
+# batches are too short to time against a steady state).
+_PREFILL_TIMED = 16
+
+# Every context's CPU threads, as the machine allows (threads.py): one count for the process.
+GOVERNOR = threads.ThreadGovernor(lambda ctx, n: llama_cpp.llama_set_n_threads(ctx, n, n))
+
 
 def ensure_backend() -> None:
     global _backend_ready
@@ -94,10 +101,7 @@ def gpu_offload_supported() -> bool:
 
 
 def default_threads() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        n = os.cpu_count() or 4
+    n = threads.usable_cpus()
     # Decoding is memory-bound: past ~8 threads llama.cpp gets no faster, and on SMT machines
     # half the logical CPUs are the physical cores.
     return max(1, min(8, n if n <= 4 else n // 2))
@@ -227,15 +231,16 @@ class LoadedModel:
             # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
             # would refuse a verify batch); only then: it makes every step a few percent slower.
             cparams.n_outputs_max_per_seq = opts.max_outputs
-        threads = opts.n_threads or default_threads()
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
+        n_threads = opts.n_threads or default_threads()
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
         cparams.no_perf = True
         cparams.flash_attn_type = opts.flash_attn_type
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             raise ModelLoadError(self._explain_failure("context", log_mark))
         self._ctx = ctx
+        GOVERNOR.attach(ctx, n_threads)
 
     def _explain_failure(self, stage: str, log_mark: int) -> str:
         errors = llama_log.lines_since(log_mark, llama_log.LEVEL_WARN)
@@ -299,6 +304,7 @@ class LoadedModel:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
         if self._ctx:
+            GOVERNOR.detach(self._ctx)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         for chain in getattr(self, "_chains", ()):
@@ -668,7 +674,10 @@ class LoadedModel:
             rc = _llama_decode(self._ctx, b)
             if flags == "none" or rc != 0:
                 _llama_synchronize(self._ctx)
-                self.decode_seconds += time.perf_counter() - t0
+                seconds = time.perf_counter() - t0
+                self.decode_seconds += seconds
+                if rc == 0 and m >= _PREFILL_TIMED:  # a prompt's chunk: the threads follow the machine
+                    GOVERNOR.observe((self.role, m), seconds)
             else:
                 # The outputs are read next, and llama.cpp's getters synchronize first: the
                 # reader adds the time once it has them (see _outputs_read).

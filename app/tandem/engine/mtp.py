@@ -39,7 +39,7 @@ from .hidden_rows import get_embeddings_nextn_ith as _get_embeddings_nextn_ith
 from .hidden_rows import set_embeddings_nextn as _set_embeddings_nextn
 from .hidden_rows import supported
 from .llama_lib import llama_cpp
-from .model import LoadedModel, common_prefix, default_threads
+from .model import GOVERNOR, LoadedModel, common_prefix, default_threads
 
 _lib = llama_cpp._lib
 _p = ctypes.c_void_p
@@ -155,6 +155,7 @@ class MtpHead:
             raise ModelLoadError(f"llama.cpp could not create a context for {target.path.name}'s draft heads")
         self._own_model = model if source is not None else None
         self._ctx: int | None = ctx
+        GOVERNOR.attach(ctx, n_threads)  # (its threads follow the machine with the target's)
         # Hidden rows only for the entries that output (a draft step's): the head's own guess
         # of the target's row, fed to the next step.
         _set_embeddings_nextn(ctx, True, True)
@@ -176,6 +177,7 @@ class MtpHead:
             llama_cpp.llama_batch_ext_free(self._batch)
             self._batch = None
         if self._ctx:
+            GOVERNOR.detach(self._ctx)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         if self._own_model:

@@ -64,6 +64,7 @@ class Scheduler:
         self.free_tokens = 0.0
         self.all_tokens = 0.0
         self._last: Plan = PLAIN  # this round's plan, for observe()
+        self._probe = False  # this round is a probe (see plan)
 
     @property
     def listeners(self) -> list[DecodeListener]:
@@ -77,7 +78,13 @@ class Scheduler:
         return all(d.began(prompt) for d in self.drafters)
 
     # ------------------------------------------------------------------ plan
-    def plan(self, history: Sequence[int], budget: int) -> Plan:
+    def plan(self, history: Sequence[int], budget: int, *, probe: bool = False) -> Plan:
+        """This round's drafter and K. `probe`: a plain target step instead, asked for by the
+        speedup meter (speedup.py): it times the target alone under this moment's conditions."""
+        self._probe = probe
+        if probe:
+            self._last = PLAIN
+            return PLAIN
         free_share = self.free_tokens / self.all_tokens if self._has_free and self.all_tokens else None
         view = RoundView(
             history, budget, self.k_max, self.costs, self.policies, not self.rounds_done, free_share
@@ -124,7 +131,7 @@ class Scheduler:
         if plan.k and plan.drafter is not None:
             for kind, drafted, accepted in plan.drafter.credit(rnd):
                 self.policies[kind].observe(drafted, accepted)
-        else:  # no evidence this round: let α relax, for the drafters this run has
+        elif not self._probe:  # no evidence this round: let α relax, for the drafters this run has
             for d in self.drafters:
                 self.policies[d.kind].observe(0, 0)
         self.free_tokens = self.free_tokens * _SHARE_DECAY + max(0, rnd.accepted - own)

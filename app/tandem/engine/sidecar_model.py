@@ -25,7 +25,7 @@ from . import hidden_rows, llama_log
 from .errors import GenerationError, ModelLoadError
 from .hidden_rows import bind
 from .llama_lib import llama_cpp
-from .model import LoadedModel, default_threads
+from .model import GOVERNOR, LoadedModel, default_threads
 from .sidecar import SidecarFacts
 
 _lib = llama_cpp._lib
@@ -141,6 +141,7 @@ class SidecarModel:
             if not ctx:
                 raise ModelLoadError(_explain(path.name, "context", mark))
             self._ctx = ctx
+            GOVERNOR.attach(ctx, threads)  # (its threads follow the machine with the target's)
             self._batch = llama_cpp.llama_batch_ext_init(ctx)
         except BaseException:
             self.close()
@@ -168,6 +169,7 @@ class SidecarModel:
             llama_cpp.llama_batch_ext_free(self._batch)
             self._batch = None
         if self._ctx:
+            GOVERNOR.detach(self._ctx)
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
         if self._model:

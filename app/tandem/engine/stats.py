@@ -88,6 +88,19 @@ class GenerationStats(KindRounds):
     reasoning_decode_s: float = 0.0
     # Per drafter kind (every kind the engine has, drafting or not): see DrafterStats.
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
+    # Against the target alone, timed during this generation (speedup.py; None for the target
+    # alone, or before a target-alone step was timed): the figure, a ~95% interval, the target
+    # alone's tokens/s over the same period, the steps it rests on, and whether the machine's
+    # speed changed mid-answer.
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    target_alone_tps: float | None = None
+    speedup_steps: int = 0
+    load_changed: bool = False
+    # CPU threads at the end, and how often the count followed the machine (threads.py).
+    threads: int = 0
+    threads_changed: int = 0
 
     @property
     def reasoning(self) -> PartStats:
@@ -117,6 +130,15 @@ class GenerationStats(KindRounds):
         return self.generated / self.rounds if self.rounds else 0.0
 
     @property
+    def speedup_how(self) -> str:
+        """How the speedup was obtained, in words (the CLI, --json and the server say it)."""
+        if self.speedup is None:
+            return "" if self.mode == "baseline" else "not measured: no target-alone step was timed"
+        steps = f"{self.speedup_steps} target step{'s' if self.speedup_steps != 1 else ''}"
+        how = f"target alone timed in {steps} during this answer"
+        return how + "; the machine's speed changed mid-answer" if self.load_changed else how
+
+    @property
     def python_overhead(self) -> float:
         """Share of decode time spent outside llama.cpp (sampling, bookkeeping, Python)."""
         return max(0.0, 1.0 - self.llama_s / self.decode_s) if self.decode_s > 0 else 0.0
@@ -133,6 +155,7 @@ class GenerationStats(KindRounds):
             acceptance_rate=self.acceptance_rate,
             tokens_per_round=self.tokens_per_round,
             python_overhead=self.python_overhead,
+            speedup_how=self.speedup_how,
             reasoning=self.reasoning.to_dict(),
             answer=self.answer.to_dict(),
         )

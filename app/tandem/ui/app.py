@@ -1,6 +1,6 @@
 """TandemApp: owns the settings, the loaded pair and the files; the screens do the rest.
 
-Loading a pair, measuring its speed and generating all run in Textual thread workers; they
+Loading a pair and generating run in Textual thread workers; they
 report back with messages (`messages.py`), which Textual delivers on the UI thread. Only one
 pair is loaded at a time: before a new one is loaded the old one is freed (big models would not
 fit twice), but only after the cheap checks on the new files passed, and if loading still fails
@@ -30,12 +30,11 @@ from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
 from tandem.ui.conversations import Conversation, ConversationStore
 from tandem.ui.jobs import LoadedPair, failure_text
-from tandem.ui.messages import PairLoaded, PairLoadFailed, SpeedMeasured, WorkerFailed
+from tandem.ui.messages import PairLoaded, PairLoadFailed, WorkerFailed
 from tandem.ui.priority import WorkerPool, lower_this_thread, ui_nice
 from tandem.ui.screens.chat import ChatScreen
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings, load_settings, save_changes
-from tandem.ui.speed import SpeedReference, SpeedStore, calibrate
 from tandem.ui.storage import AppDirs, read_json, update_json
 from tandem.ui.workers import run_in_thread
 
@@ -57,22 +56,16 @@ class TandemApp(App[None]):
         *,
         dirs: AppDirs | None = None,
         pair: PairRef | None = None,
-        calibrate_speed: bool = True,
     ) -> None:
         """`pair`: load it at start (`tandem chat`); otherwise the last pair used, or on a
-        first run the pair picker. `calibrate_speed=False` skips the ~1 s speed estimate after
-        loading (tests that do not look at the speedup)."""
+        first run the pair picker."""
         super().__init__()
         self.dirs = dirs or AppDirs.default()
         self.settings, self._settings_notes = load_settings(self.dirs.settings_file)
         self.conversations = ConversationStore(self.dirs.conversations)
-        self.speeds = SpeedStore(self.dirs.speeds_file)
         self.initial_pair = pair
-        self.calibrate_speed = calibrate_speed
         self.loaded: LoadedPair | None = None
         self.loading: PairRef | None = None
-        self.speed: SpeedReference | None = None
-        self.calibrating = False
         self.chat = ChatScreen()
         self.ui_lowered = False  # whether the UI thread runs below the engine's priority
 
@@ -166,7 +159,6 @@ class TandemApp(App[None]):
         self.loaded = message.loaded
         ref = message.loaded.ref
         self._remember_pair(ref)
-        self.speed = self.speeds.get(ref.key)
         pair = message.loaded.pair
         sizes = f"target {format_bytes(pair.target.size_bytes)}"
         if pair.draft is not None:
@@ -180,14 +172,11 @@ class TandemApp(App[None]):
             + "".join(f" Note: {n}." for n in pair_notes(pair, raw_hint=False))  # the app has no --raw
         )
         self._pop_picker()
-        if self.calibrate_speed and (self.speed is None or self.speed.source == "estimate"):
-            self._start_calibration(message.loaded)
         self.chat.refresh_pair()
 
     def on_pair_load_failed(self, message: PairLoadFailed) -> None:
         self.loading = None
         self.loaded = message.current
-        self.speed = self.speeds.get(message.current.ref.key) if message.current else None
         kept = f" Still using {message.current.ref.label}." if message.current else ""
         self.notify(
             message.error + kept,
@@ -202,45 +191,6 @@ class TandemApp(App[None]):
             picker.load_failed(message.ref, message.error)
         elif message.current is None:
             self.action_pairs()
-
-    # ------------------------------------------------------------------ speed reference
-    def _start_calibration(self, loaded: LoadedPair) -> None:
-        self.calibrating = True
-        run_in_thread(
-            self, partial(self._calibrate_thread, loaded), group="calibrate", name="Timing the target"
-        )
-
-    def _calibrate_thread(self, loaded: LoadedPair) -> None:
-        try:
-            with loaded.lock:
-                if loaded.closed:
-                    self.post_message(SpeedMeasured(loaded, None))
-                    return
-                ref = calibrate(loaded.pair, greedy=self.settings.greedy)
-        except Exception as exc:
-            self.post_message(SpeedMeasured(loaded, None, failure_text(exc)))
-            return
-        self.post_message(SpeedMeasured(loaded, ref))
-
-    def on_speed_measured(self, message: SpeedMeasured) -> None:
-        self.calibrating = False
-        if message.error:
-            self.notify(f"Could not time the target: {message.error}", severity="warning", markup=False)
-        if message.reference is not None and message.loaded is self.loaded:
-            current = self.speeds.get(message.loaded.ref.key)
-            # A measured rate (from the demo) is better than any estimate: keep it.
-            if current is None or current.source == "estimate":
-                self.set_speed(message.loaded, message.reference)
-        self.chat.refresh_pair()
-
-    def set_speed(self, loaded: LoadedPair, reference: SpeedReference) -> None:
-        try:
-            self.speeds.put(loaded.ref.key, reference)
-        except OSError as exc:  # shown now; only the next start will not know it
-            self.notify(f"Could not save the measured speed: {exc}", severity="warning", markup=False)
-        if loaded is self.loaded:
-            self.speed = reference
-            self.chat.refresh_pair()
 
     # ------------------------------------------------------------------ conversations
     def save_conversation(self, conv: Conversation) -> None:

@@ -1,7 +1,7 @@
 """Engine work for the app, without any Textual: the screens run these in thread workers.
 
 * `LoadedPair` is a loaded ModelPair plus the lock that keeps one engine job at a time
-  (a generation, the speed calibration, a demo run): llama.cpp contexts are not shareable.
+  (a generation, a demo run): llama.cpp contexts are not shareable.
 * `GenerationJob` runs one generation in a worker thread and hands its events to the UI
   through an `EventBuffer`: the engine thread only appends (about a microsecond per event)
   and pokes the UI when the buffer goes from empty to non-empty, so the engine never waits

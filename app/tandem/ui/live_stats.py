@@ -17,6 +17,7 @@ from tandem.engine import (
     TokenEvent,
 )
 from tandem.engine.reasoning import REASONING
+from tandem.engine.speedup import SpeedupMeter, with_speedup
 from tandem.engine.stats import Tally
 
 
@@ -47,7 +48,9 @@ class LiveStats:
     reads the engine's record (`record()`: GenerationStats, the names `--json`, the server and
     the benchmark use): the engine's figures once the answer ended, the tally's until then.
     The speed counts from the end of prefill (the engine's own definition), using the times
-    the engine thread produced the events, so a busy screen cannot make it look slower.
+    the engine thread produced the events, so a busy screen cannot make it look slower. The
+    speedup is the engine's own meter (speedup.py) fed the same rounds: against the target
+    alone timed during this answer.
     """
 
     speculative: bool = True
@@ -60,6 +63,7 @@ class LiveStats:
     per_round: list[float] = field(default_factory=list)  # tokens per target pass, per round
     final: GenerationStats | None = None
     tally: Tally = field(default_factory=Tally)
+    meter: SpeedupMeter = field(default_factory=SpeedupMeter)
     _round_part: Part | None = None  # the part this round's first token counts for
 
     def feed(self, t: float, ev: Event) -> None:
@@ -75,6 +79,7 @@ class LiveStats:
                 self.tally.add_reasoning_round(ev.drafted, max(0.0, t - self.t_last))
             self._round_part = None
             self.tally.add_round(ev.drafter, ev.drafted, ev.accepted, ev.emitted, ev.draft_s, ev.verify_s)
+            self.meter.add(ev.drafted, ev.emitted, ev.wall_s, timed=self.tally.rounds > 1)
             self.k = ev.k
             self.drafter = ev.drafter
             self.t_last = t
@@ -101,7 +106,8 @@ class LiveStats:
             prefill_tokens=self.prefill.prefill_tokens if self.prefill is not None else 0,
             prefill_s=self.prefill.seconds if self.prefill is not None else 0.0,
         )
-        return self.tally.record(base, max(0.0, self.t_last - self.t_start))
+        record = self.tally.record(base, max(0.0, self.t_last - self.t_start))
+        return with_speedup(record, self.meter) if record.mode == "speculative" else record
 
     # The counts so far (the tally's), by the record's names.
     @property
@@ -156,4 +162,6 @@ def stats_summary(s: GenerationStats) -> dict[str, Any]:
     }
     if s.reasoning_tokens:
         summary["reasoning_tokens"] = s.reasoning_tokens
+    if s.speedup is not None:
+        summary["speedup"] = round(s.speedup, 3)
     return summary

@@ -9,7 +9,6 @@ from textual.message import Message
 from tandem.session.pairs import PairRef
 from tandem.ui.jobs import LoadedPair
 from tandem.ui.pairs import CatalogListing, DiskModel, PairDownload
-from tandem.ui.speed import SpeedReference
 
 
 class WorkerFailed(Message):
@@ -45,14 +44,6 @@ class PairLoadFailed(Message):
         self.ref = ref
         self.error = error
         self.current = current
-
-
-class SpeedMeasured(Message):
-    def __init__(self, loaded: LoadedPair, reference: SpeedReference | None, error: str = "") -> None:
-        super().__init__()
-        self.loaded = loaded
-        self.reference = reference
-        self.error = error
 
 
 class CatalogReady(Message):

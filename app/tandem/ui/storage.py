@@ -1,12 +1,12 @@
 """Where the app keeps its files, and writing them safely.
 
-Settings live in the user config directory (TOML); conversations, the last pair used and the
-measured speeds live in the user data directory (JSON). Both come from platformdirs, so on
+Settings live in the user config directory (TOML); conversations and the last pair used live
+in the user data directory (JSON). Both come from platformdirs, so on
 Linux XDG_CONFIG_HOME / XDG_DATA_HOME move them (the tests and the tmux trials do that).
 Every write goes to a temporary file in the same directory and is renamed over the old one:
-a crash or a full disk never leaves a half-written file behind. Files that two instances of the
-app both update (the last pair used, the measured speeds) are changed under a file lock, so
-neither loses the other's update.
+a crash or a full disk never leaves a half-written file behind. A file that two instances of the
+app both update (the last pair used) is changed under a file lock, so neither loses the other's
+update.
 """
 
 from __future__ import annotations
@@ -56,10 +56,6 @@ class AppDirs:
     @property
     def state_file(self) -> Path:
         return self.data / "state.json"
-
-    @property
-    def speeds_file(self) -> Path:
-        return self.data / "speeds.json"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -139,8 +139,6 @@ class ChatScreen(StreamingScreen):
             return "no pair loaded: F2 picks one"
         if self.job is not None:
             return "stopping…" if self.job.cancel.is_set() else "generating…"
-        if app.calibrating:
-            return "measuring the target's speed…"
         return "ready"
 
     def stats_view(self) -> StatsView:
@@ -156,11 +154,18 @@ class ChatScreen(StreamingScreen):
             cfg = app.generation_config()
             k_max, adaptive, drafter = cfg.k_max, cfg.drafts_adaptively, cfg.drafter
         parts = live.parts()
+        record = live.record()
         return StatsView(
             pair=app.loaded.ref.label if app.loaded else "",
             state=self._state_text(),
             tokens_per_s=live.tokens_per_s if live.rounds else None,
-            reference=app.speed,
+            speedup=record.speedup,
+            speedup_low=record.speedup_low,
+            speedup_high=record.speedup_high,
+            target_alone_tps=record.target_alone_tps,
+            speedup_steps=record.speedup_steps,
+            load_changed=record.load_changed,
+            speculative=record.mode == "speculative",
             acceptance=live.acceptance if live.drafted else None,
             accepted=live.accepted,
             drafted=live.drafted,
@@ -170,7 +175,7 @@ class ChatScreen(StreamingScreen):
             adaptive=adaptive,
             drafter=drafter,
             last_drafter=live.drafter,
-            drafters=live.record().drafters,
+            drafters=record.drafters,
             rounds=live.rounds,
             prefill_tokens=live.prefill.prefill_tokens if live.prefill else None,
             prompt_tokens=live.prefill.prompt_tokens if live.prefill else 0,

@@ -3,8 +3,8 @@
 Honest timing: the two runs never share the machine. The target alone runs first, then the
 speculative pair, each in full, with the same prompt and settings; each pane shows its live
 decode speed (prefill excluded). At the end: the speedup and, for greedy decoding, whether the
-two outputs are token-identical (or where they first differ). The target-alone rate measured
-here replaces the chat's calibrated estimate for this pair.
+two outputs are token-identical (or where they first differ). (The chat's own speedup is timed
+within each answer: engine/speedup.py.)
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from tandem.session.prompts import build_text
 from tandem.ui.jobs import GenerationJob
 from tandem.ui.live_stats import LiveStats
 from tandem.ui.screens.streaming import StreamingScreen, take_events
-from tandem.ui.speed import measured
 from tandem.ui.widgets.chat_log import STREAM_HEADROOM
 from tandem.ui.widgets.thinking import ThinkingView
 from tandem.ui.widgets.token_text import Piece, TokenText
@@ -228,9 +227,6 @@ class DemoScreen(StreamingScreen):
             self._verdict("Stopped. Ctrl+R (or Enter) runs it again.")
             return
         if self.stage == "baseline":
-            app = self.tandem
-            if app.loaded is not None and stats.generated >= 16:
-                app.set_speed(app.loaded, measured(stats.decode_tokens_per_s, stats.generated))
             self._verdict("Now target + draft…")
             self._start("speculative", self._text)
         else:

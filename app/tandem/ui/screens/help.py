@@ -29,9 +29,11 @@ finished answers are shown as Markdown."""
 
 NUMBERS = """\
 [b]The numbers.[/b] [i]Speed[/i] is decode tokens per second, prompt processing (prefill) \
-excluded. [i]Speedup[/i] divides it by the target's own speed on this machine: an \
-[i]estimate[/i] from timing 9 single target steps right after loading, until the demo screen \
-(F3) has run the target alone, which replaces it with a [i]measured[/i] rate kept for this pair. \
+excluded. [i]Speedup[/i] compares it with the target alone under the same conditions: \
+plain target steps timed now and then during the same answer, so a program that starts \
+mid-answer slows both sides alike; its interval shows how sure it is, and the panel says when \
+the machine's speed changed mid-answer. It never exceeds tok/pass. The demo (F3) runs both \
+in full, one after the other. \
 [i]Accepted[/i] is the share of the draft's guesses the target kept; [i]tok/pass[/i] is how many \
 tokens each forward pass of the target yielded (1.0 would be no gain); [i]K[/i] is how many \
 tokens were guessed in the last round (adaptive drafting picks 0..K max each round from \

@@ -14,7 +14,6 @@ from tandem.engine.drafters.registry import AUTO
 from tandem.engine.stats import DrafterStats, KindRounds
 from tandem.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from tandem.ui.live_stats import PartCounts
-from tandem.ui.speed import SpeedReference
 from tandem.ui.widgets.pass_chart import PassChart
 
 CHART_POINTS = 120  # rounds kept for the chart (it shows as many as fit, the latest at the right)
@@ -27,7 +26,16 @@ class StatsView(KindRounds):
     pair: str = ""
     state: str = "no pair loaded"
     tokens_per_s: float | None = None
-    reference: SpeedReference | None = None
+    # Against the target alone timed during this answer (engine/speedup.py): the figure, its
+    # ~95% interval, the target alone's speed over the same time, the steps timed, whether the
+    # machine's speed changed mid-answer; speculative False: the answer was the target alone.
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    target_alone_tps: float | None = None
+    speedup_steps: int = 0
+    load_changed: bool = False
+    speculative: bool = True
     acceptance: float | None = None
     accepted: int = 0
     drafted: int = 0
@@ -49,12 +57,6 @@ class StatsView(KindRounds):
     # A thinking model's reasoning and answer apart; None when the answer has no reasoning.
     reasoning: PartCounts | None = None
     answer: PartCounts | None = None
-
-    @property
-    def speedup(self) -> float | None:
-        if self.tokens_per_s and self.reference:
-            return self.tokens_per_s / self.reference.tokens_per_s
-        return None
 
 
 def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
@@ -85,13 +87,18 @@ def _speedup_text(v: StatsView) -> Text:
         t.append("–")
     else:
         t.append(f"{v.speedup:.2f}×", style="bold")
+        if v.speedup_low is not None and v.speedup_high is not None:
+            t.append(f" ({v.speedup_low:.2f}–{v.speedup_high:.2f})", style="dim")
     return t
 
 
 def _reference_text(v: StatsView) -> str:
-    if v.reference is None:
-        return "target alone: not measured yet"
-    return f"vs {v.reference.tokens_per_s:.1f} tok/s target alone ({v.reference.how})"
+    if not v.speculative:
+        return "this answer was the target alone"
+    if v.speedup is None or v.target_alone_tps is None:
+        return "target alone: timed during each answer"
+    steps = f"{v.speedup_steps} step{'s' if v.speedup_steps != 1 else ''}"
+    return f"vs {v.target_alone_tps:.1f} tok/s target alone, timed in {steps} during this answer"
 
 
 def _stop_text(reason: str) -> str:
@@ -127,6 +134,9 @@ def render_wide(v: StatsView) -> Text:
     row("speedup", _speedup_text(v))
     t.append(_reference_text(v), style="dim")
     t.append("\n")
+    if v.load_changed:
+        t.append("the machine's speed changed mid-answer", style="italic yellow")
+        t.append("\n")
     acc = _fmt(None if v.acceptance is None else 100 * v.acceptance, ".0f", "%")
     if v.acceptance is not None:
         acc += f" ({v.accepted}/{v.drafted})"
@@ -168,6 +178,8 @@ def render_narrow(v: StatsView) -> Text:
         t.append(f"  prefill {v.prefill_tokens}/{v.prompt_tokens}")
     t.append("\n")
     t.append(f"{v.state} · {_reference_text(v)}", style="dim")
+    if v.load_changed:
+        t.append(" · the machine's speed changed mid-answer", style="italic yellow")
     return t
 
 

@@ -1,0 +1,274 @@
+"""CPU threads on a machine that is also doing other things.
+
+Two causes made a second process ruinous (a second Tandem, a build, a browser; measured on a
+2-core VM, docs/benchmarks.md, "A busy machine"):
+
+* **Spinning.** llama.cpp's CPU backend runs each graph on an OpenMP team; a thread that
+  reaches one of the graph's barriers (hundreds a token) first spins, by libgomp's default
+  for up to 300,000 pauses, before it sleeps. With more runnable threads than cores, the
+  thread it waits for is often the one its spinning keeps off the core, so each barrier can
+  cost a scheduler time slice: two Tandems at once fell to 0.3 tok/s from 112. A short spin
+  (`GOMP_SPINCOUNT`, set here before libgomp is loaded, unless the user set it) keeps the
+  idle speed and bounds what a barrier can waste.
+* **More threads than free cores.** Even without spinning, a graph split over two threads
+  waits at every barrier for the slower one, and a thread sharing its core with a neighbour
+  runs at half speed: one thread then goes faster than two.
+
+So the thread count follows the machine: `ThreadPolicy` decides from two signals, the CPU
+time other processes took (Linux's /proc/stat, less this process's own) and target steps
+taking much longer than the steady state measured for their batch size, and
+`ThreadGovernor` applies its decisions to every llama.cpp context of the process between
+rounds (`llama_set_n_threads`; the target and the draft never compute at the same time, so
+they share one count). A lower count is tried back when cores come free, by a probe that is
+kept only if steps run at their steady speed again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Pauses a libgomp thread spins at a barrier before it sleeps. Measured (SmolLM2-135M F16,
+# 2-core VM): 300 and 1000 keep the idle speed (100 costs 30%: every barrier then sleeps);
+# two processes at once got 53 and 32 tok/s each, against 0.8-30 with the default.
+OPENMP_SPINCOUNT = "300"
+
+
+def configure_openmp() -> None:
+    """Bound OpenMP's spinning for llama.cpp, unless the user chose a policy. Must run before
+    llama.cpp's CPU backend (and with it libgomp) is loaded: libgomp reads its environment once."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPINCOUNT
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+# ----------------------------------------------------------------------------- CPU left by others
+class CpuMeter:
+    """How many cores other processes kept busy lately, from /proc/stat (the CPUs this process
+    may run on) less this process's own CPU time. None where that cannot be read (not Linux):
+    the policy then relies on step times alone."""
+
+    MIN_INTERVAL_S = 0.2  # /proc/stat counts in ticks (10 ms): shorter windows are noise
+
+    def __init__(self, path: str = "/proc/stat") -> None:
+        self._path = path
+        try:
+            self._cpus: set[int] | None = set(os.sched_getaffinity(0))
+        except AttributeError:
+            self._cpus = None
+        self._tick = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+        self._last = self._sample()
+        self.others: float | None = None  # cores, over the last interval
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        """(wall, busy seconds of our CPUs, our process's CPU seconds), or None."""
+        try:
+            with open(self._path, "rb") as fh:
+                text = fh.read(1 << 16).decode("ascii", "replace")
+        except OSError:
+            return None
+        busy = 0
+        for line in text.splitlines():
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *values = line.split()
+            try:
+                cpu = int(name[3:])
+                fields = [int(v) for v in values[:8]]
+            except ValueError:
+                continue
+            if (self._cpus is None or cpu in self._cpus) and len(fields) >= 4:
+                # user nice system idle iowait irq softirq steal: all but idle and iowait
+                # (steal is a hypervisor's other guests: taken from us all the same).
+                busy += sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+        if busy == 0:
+            return None
+        return time.monotonic(), busy * self._tick, time.process_time()
+
+    def update(self) -> float | None:
+        """The cores others used since the last update at least MIN_INTERVAL_S ago (else the
+        last figure)."""
+        last = self._last
+        if last is None:
+            return None
+        now = time.monotonic()
+        if now - last[0] < self.MIN_INTERVAL_S:
+            return self.others
+        sample = self._sample()
+        if sample is None:
+            self._last = None
+            return None
+        wall = sample[0] - last[0]
+        self.others = max(0.0, (sample[1] - last[1]) - (sample[2] - last[2])) / wall
+        self._last = sample
+        return self.others
+
+
+# ----------------------------------------------------------------------------- the decisions
+@dataclass
+class ThreadPolicy:
+    """How many threads to compute with, from what the steps and the machine show. Pure: the
+    clock and the observations are given (tests drive it with fake step times).
+
+    * Down: a window of steps whose median takes SLOW times its steady state (the fastest
+      recently seen for that batch size at that count), or others busy on so many cores that
+      ours would share theirs, sets the count to the cores left (at least 1).
+    * Up: after `hold_s` at a lower count, if the cores others leave allow more (or nothing
+      says: no /proc/stat), a probe runs one window at the full count; steps near their
+      steady state keep it, else the count goes back and the next probe waits twice as long.
+    """
+
+    n_max: int
+    n_cpus: int
+    level: int = 0
+    slow: float = 1.5  # median step / steady state that counts as contended
+    fine: float = 1.3  # a probe at most this slow is kept
+    window_steps: int = 3
+    window_s: float = 0.05
+    hold_s: float = 0.5  # at a lower count before the first probe
+    max_hold_s: float = 16.0
+    changes: int = 0  # every change of level (front-ends say the machine's speed changed)
+    _window: list[float] = field(default_factory=list)
+    _window_t0: float = 0.0
+    _baseline: dict[tuple[int, object], float] = field(default_factory=dict)
+    _probe_from: int = 0  # the level a probe came from (0: no probe running)
+    _next_probe: float = 0.0
+    _backoff: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.level = self.level or self.n_max
+        self._backoff = self.hold_s
+
+    def steady(self, key: object) -> float | None:
+        return self._baseline.get((self.level, key))
+
+    def observe(self, now: float, key: object, seconds: float, others: float | None) -> int | None:
+        """A step of kind `key` (comparable with other steps of the same key: a batch size)
+        took `seconds`; `others`: cores other processes used lately (None: unknown). Returns
+        the new thread count when it changes."""
+        if self.n_max <= 1 or not (seconds > 0 and math.isfinite(seconds)):
+            return None
+        b = (self.level, key)
+        base = self._baseline.get(b)
+        # The steady state: the fastest step seen, let drift up slowly (0.5% a step) so a
+        # machine that got slower for good (heat, a longer context) is followed.
+        if base is None or seconds < base:
+            self._baseline[b] = seconds
+            ratio = 1.0
+        else:
+            self._baseline[b] = base * 1.005
+            ratio = seconds / base
+        if not self._window:
+            self._window_t0 = now
+        self._window.append(ratio)
+        if len(self._window) < self.window_steps or now - self._window_t0 < self.window_s:
+            return None
+        median = sorted(self._window)[len(self._window) // 2]
+        self._window = []
+        return self._decide(now, median, others)
+
+    def _decide(self, now: float, ratio: float, others: float | None) -> int | None:
+        free = None if others is None else self.n_cpus - others
+        if self._probe_from:  # a probe's window: keep it, or go back and wait longer
+            back, self._probe_from = self._probe_from, 0
+            if ratio <= self.fine and (free is None or free >= self.level - 0.5):
+                self._backoff = self.hold_s
+                return None
+            self._backoff = min(self.max_hold_s, self._backoff * 2)
+            self._next_probe = now + self._backoff
+            return self._set(back)
+        crowded = free is not None and free < self.level - 0.5
+        if self.level > 1 and (ratio >= self.slow or crowded):
+            fits = self.level - 1 if free is None else math.floor(free + 0.25)
+            self._next_probe = now + self._backoff
+            return self._set(max(1, min(self.level - 1, fits)))
+        if self.level < self.n_max and now >= self._next_probe:
+            if free is not None and free < self.level + 0.75:
+                return None  # no core free: nothing to try yet (asked again next window)
+            self._probe_from = self.level
+            return self._set(self.n_max)
+        return None
+
+    def _set(self, level: int) -> int | None:
+        if level == self.level:
+            return None
+        self.level = level
+        self.changes += 1
+        self._window = []
+        return level
+
+
+# ----------------------------------------------------------------------------- applying them
+SetThreads = Callable[[int, int], None]  # (context, threads)
+
+
+class ThreadGovernor:
+    """One per process: the contexts that compute on the CPU, each with its most threads, and
+    the policy's count applied to all of them between steps."""
+
+    def __init__(
+        self,
+        set_threads: SetThreads,
+        meter: CpuMeter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._set_threads = set_threads
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._contexts: dict[int, int] = {}  # context -> its most threads
+        self._meter = meter
+        self.policy: ThreadPolicy | None = None
+        self.adaptive = os.environ.get("TANDEM_ADAPTIVE_THREADS", "on").strip().lower() not in ("off", "0")
+
+    def attach(self, ctx: int, n_threads: int) -> None:
+        with self._lock:
+            self._contexts[ctx] = n_threads
+            self._reset_policy()
+            if self.policy is not None and self.policy.level < n_threads:
+                self._set_threads(ctx, self.policy.level)
+
+    def detach(self, ctx: int) -> None:
+        with self._lock:
+            if self._contexts.pop(ctx, None) is not None:
+                self._reset_policy()
+
+    def _reset_policy(self) -> None:
+        n_max = max(self._contexts.values(), default=1)
+        if self.policy is not None and self.policy.n_max == n_max:
+            return
+        level = min(self.policy.level, n_max) if self.policy is not None else n_max
+        changes = self.policy.changes if self.policy is not None else 0
+        self.policy = ThreadPolicy(n_max, usable_cpus(), level=level, changes=changes)
+
+    @property
+    def level(self) -> int:
+        return self.policy.level if self.policy is not None else 0
+
+    @property
+    def changes(self) -> int:
+        """How many times the count changed in this process (a generation compares it)."""
+        return self.policy.changes if self.policy is not None else 0
+
+    def observe(self, key: object, seconds: float) -> None:
+        """A step of the target (a batch of some size, `key`) took `seconds`; between steps."""
+        policy = self.policy
+        if policy is None or not self.adaptive or policy.n_max <= 1:
+            return
+        if self._meter is None:
+            self._meter = CpuMeter()
+        others = self._meter.update()
+        with self._lock:
+            level = policy.observe(self._clock(), key, seconds, others)
+            if level is not None:
+                for ctx, most in self._contexts.items():
+                    self._set_threads(ctx, min(most, level))

@@ -1,0 +1,176 @@
+"""The thread policy's decisions on fake step times and fake neighbours (threads.py), the CPU
+meter on a fake /proc/stat, and the governor applying a count to every context."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from tandem.engine.threads import CpuMeter, ThreadGovernor, ThreadPolicy, configure_openmp
+
+pytestmark = pytest.mark.fast
+
+STEP = 0.010  # a steady step, seconds
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def steps(self, policy: ThreadPolicy, n: int, seconds: float, others: float | None = None) -> list[int]:
+        """n steps of `seconds` each; the thread counts the policy changed to."""
+        changes = []
+        for _ in range(n):
+            self.t += seconds
+            level = policy.observe(self.t, 1, seconds, others)
+            if level is not None:
+                changes.append(level)
+        return changes
+
+
+def test_an_idle_machine_keeps_every_thread() -> None:
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    jitter = [STEP * f for f in (1.0, 1.1, 0.95, 1.2, 1.05, 1.15) * 50]
+    for s in jitter:
+        clock.t += s
+        assert policy.observe(clock.t, 1, s, 0.05) is None
+    assert policy.level == 2 and policy.changes == 0
+
+
+def test_steps_much_slower_than_the_steady_state_drop_a_thread() -> None:
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    clock.steps(policy, 20, STEP)  # the steady state
+    assert clock.steps(policy, 10, 3 * STEP) == [1]  # a neighbour took a core (no /proc/stat)
+    assert policy.level == 1
+
+
+def test_one_slow_step_is_not_a_neighbour() -> None:
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    clock.steps(policy, 20, STEP)
+    assert clock.steps(policy, 1, 10 * STEP) == []
+    assert clock.steps(policy, 20, STEP) == []
+
+
+def test_others_busy_on_a_core_drop_to_the_cores_left() -> None:
+    """Two processes started together never saw an idle step: the CPU others use says it."""
+    policy, clock = ThreadPolicy(n_max=8, n_cpus=8), Clock()
+    assert clock.steps(policy, 10, STEP, others=5.0) == [3]  # 8 - 5 cores left
+    assert clock.steps(policy, 50, STEP, others=5.0) == []  # no free core: no probe
+
+
+def test_a_probe_goes_back_up_when_the_neighbour_leaves() -> None:
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    clock.steps(policy, 10, STEP, others=0.0)
+    assert clock.steps(policy, 10, STEP, others=1.0) == [1]
+    clock.steps(policy, 100, 1.2 * STEP, others=1.0)  # 1.2 s at one thread, still busy
+    assert policy.level == 1
+    assert clock.steps(policy, 10, STEP, others=0.0) == [2]  # it left: tried, and kept
+    assert clock.steps(policy, 100, STEP, others=0.0) == []
+    assert policy.level == 2
+
+
+def test_a_failed_probe_goes_back_and_waits_longer() -> None:
+    """Without /proc/stat (others unknown) a lower count is tried back up now and then; a
+    probe whose steps are still slow is undone, and the next waits twice as long."""
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    clock.steps(policy, 20, STEP)
+    clock.steps(policy, 5, 3 * STEP)  # neighbour: down to 1
+    assert policy.level == 1
+    probes = []
+    t0 = clock.t
+    for _ in range(2000):
+        # Still contended: at 2 threads a step takes 3x its steady state, at 1 thread 1.5x.
+        s = 3 * STEP if policy.level == 2 else 1.5 * STEP
+        clock.t += s
+        level = policy.observe(clock.t, 1, s, None)
+        if level == 2:
+            probes.append(clock.t - t0)
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert len(probes) >= 4
+    assert all(later > 1.5 * earlier for earlier, later in itertools.pairwise(gaps[:4]))
+    # What the probes cost: a small share of the time spent at 2 threads.
+    assert policy.level == 1
+
+
+def test_steady_states_are_per_count_and_batch_size() -> None:
+    """A verify batch of 9 takes longer than a single step: that is not a neighbour."""
+    policy, clock = ThreadPolicy(n_max=2, n_cpus=2), Clock()
+    for _ in range(30):
+        for key, s in ((1, STEP), (9, 2.5 * STEP)):
+            clock.t += s
+            assert policy.observe(clock.t, key, s, None) is None
+
+
+def test_one_thread_is_never_changed() -> None:
+    policy, clock = ThreadPolicy(n_max=1, n_cpus=2), Clock()
+    clock.steps(policy, 5, STEP)
+    assert clock.steps(policy, 20, 10 * STEP, others=2.0) == []
+
+
+def test_the_cpu_meter_reads_what_others_used(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def write(busy_ticks: int, idle_ticks: int) -> None:
+        lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
+        # each CPU: user nice system idle iowait irq softirq steal
+        lines += [f"cpu{c} {busy_ticks} 0 0 {idle_ticks} 0 0 0 0 0 0" for c in cpus]
+        stat.write_text("\n".join(lines) + "\n")
+
+    write(0, 0)
+    stat.write_text(stat.read_text().replace("cpu0 0", "cpu0 1"))  # (a non-zero first sample)
+    meter = CpuMeter(str(stat))
+    meter._last = (meter._last[0] - 1.0, meter._last[1], meter._last[2])  # 1 s ago
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    # Every CPU busy for the whole second, this process idle: all of them were others'.
+    write(round(1.0 / tick), 0)
+    others = meter.update()
+    assert others is not None
+    assert others == pytest.approx(len(cpus), rel=0.05)
+
+
+def test_the_cpu_meter_says_nothing_without_proc_stat(tmp_path: Path) -> None:
+    meter = CpuMeter(str(tmp_path / "missing"))
+    assert meter.update() is None
+
+
+def test_the_governor_applies_one_count_to_every_context() -> None:
+    applied: dict[int, int] = {}
+    now = [0.0]
+    gov = ThreadGovernor(
+        lambda ctx, n: applied.__setitem__(ctx, n), meter=CpuMeter("/nonexistent"), clock=lambda: now[0]
+    )
+    gov.adaptive = True
+    gov.attach(101, 2)  # the target
+    gov.attach(202, 2)  # the draft
+    gov.attach(303, 1)  # a context asked for one thread keeps one
+    for _ in range(20):
+        now[0] += STEP
+        gov.observe(1, STEP)
+    for _ in range(10):
+        now[0] += 5 * STEP
+        gov.observe(1, 5 * STEP)
+        if gov.level == 1:
+            break
+    assert gov.level == 1 and applied == {101: 1, 202: 1, 303: 1}
+    gov.detach(101)
+    gov.detach(202)
+    gov.detach(303)
+    assert gov.policy is not None and gov.policy.n_max == 1
+
+
+def test_openmp_spinning_is_bounded_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    configure_openmp()
+    assert os.environ["GOMP_SPINCOUNT"] == "300"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5000")
+    configure_openmp()
+    assert os.environ["GOMP_SPINCOUNT"] == "5000"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    configure_openmp()
+    assert "GOMP_SPINCOUNT" not in os.environ
