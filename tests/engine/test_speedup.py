@@ -38,7 +38,7 @@ def test_a_steady_machine_gives_the_ratio_of_the_work() -> None:
     est = meter.estimate()
     assert est is not None
     # Mostly rounds of 5 tokens in 2 steps, with a few probes of 1 token in 1 step.
-    tokens = sum(t for _, t in meter._rounds)
+    tokens = sum(r[1] for r in meter._rounds)
     expected = tokens * STEP / meter._t
     assert est.speedup == pytest.approx(expected, rel=1e-6)
     assert 2.3 < est.speedup < 2.5
@@ -51,7 +51,7 @@ def test_probes_are_few() -> None:
     meter = SpeedupMeter()
     meter.add(4, 5, 2 * STEP, timed=False)
     drive(meter, 400, step=STEP, per_pass=5, cost=2.0)
-    probes = sum(1 for _, t in meter._rounds if t == 1)
+    probes = sum(1 for r in meter._rounds if r[1] == 1)
     assert 5 <= probes <= 16  # ~2-4% of rounds
 
 
@@ -83,7 +83,7 @@ def test_a_neighbour_arriving_mid_answer_slows_both_sides() -> None:
     assert 2.2 < est.speedup < 2.6
     assert est.load_changed
     # Against the target alone timed only at the start (idle), it would have read ~1.2x.
-    naive = sum(t for _, t in meter._rounds) * STEP / meter._t
+    naive = sum(r[1] for r in meter._rounds) * STEP / meter._t
     assert naive < est.speedup / 1.8
 
 

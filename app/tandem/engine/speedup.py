@@ -19,6 +19,7 @@ RoundEvents (`wall_s`: the round's wall time, from the end of the round before).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, replace
@@ -45,15 +46,19 @@ class SpeedupEstimate:
 
 
 class SpeedupMeter:
-    """Rounds in, a speedup out: `add` each round, `estimate()` at any time."""
+    """Rounds in, a speedup out: `add` each round, `estimate()` at any time.
 
-    __slots__ = ("_rounds", "_since_plain", "_steps", "_t", "_tokens", "_want_soon")
+    `speed_changed()` (the thread count followed the machine) starts a new period: its rounds
+    are weighed only at steps timed in it, and it gets its own probes, quickly at first."""
+
+    __slots__ = ("_period", "_rounds", "_since_plain", "_steps", "_t", "_tokens", "_want_soon")
 
     def __init__(self) -> None:
-        self._rounds: list[tuple[float, int]] = []  # (time at its end, tokens)
-        self._steps: list[tuple[float, float]] = []  # plain steps: (time, seconds)
+        self._rounds: list[tuple[float, int, int]] = []  # (time at its end, tokens, period)
+        self._steps: list[tuple[float, float, int]] = []  # plain steps: (time, seconds, period)
         self._t = 0.0
         self._tokens = 0
+        self._period = 0
         self._since_plain = 0
         self._want_soon = True  # the first warm round: no step timed yet
 
@@ -62,17 +67,19 @@ class SpeedupMeter:
         the round before ended. `timed`: False for a round whose time says nothing of a step
         (the first, which runs cold)."""
         self._t += wall_s
-        self._rounds.append((self._t, emitted))
+        self._rounds.append((self._t, emitted, self._period))
         self._tokens += emitted
         if drafted == 0 and timed and emitted and wall_s > 0:
-            self._steps.append((self._t, wall_s))
+            self._steps.append((self._t, wall_s, self._period))
             self._since_plain = 0
             self._want_soon = False
         else:
             self._since_plain += 1
 
     def speed_changed(self) -> None:
-        """The machine's speed changed (the thread count followed it): time a step soon."""
+        """The machine's speed changed (the thread count followed it): a new period, whose
+        steps are timed from the next round on."""
+        self._period += 1
         self._want_soon = True
 
     def probe_due(self) -> bool:
@@ -81,7 +88,7 @@ class SpeedupMeter:
             return False  # the first round runs cold: it would time nothing useful
         if self._want_soon:
             return True
-        n = len(self._steps)
+        n = sum(1 for step in reversed(self._steps) if step[2] == self._period)
         gap = next((g for below, g in _PROBE_GAPS if n < below), _PROBE_GAP_SETTLED)
         return self._since_plain >= gap
 
@@ -90,27 +97,38 @@ class SpeedupMeter:
         steps = self._steps
         if not steps or not self._rounds or self._t <= 0:
             return None
-        # Every round's tokens at the step time measured nearest it (two pointers: both lists
-        # are in time order).
+        by_period: dict[int, list[tuple[float, float]]] = {}
+        for t, seconds, period in steps:
+            by_period.setdefault(period, []).append((t, seconds))
+        # Every round's tokens at the step time measured nearest it in its period (a period
+        # without a timed step: the nearest period's).
         alone = 0.0
-        j = 0
-        for t, tokens in self._rounds:
-            while j + 1 < len(steps) and abs(steps[j + 1][0] - t) <= abs(steps[j][0] - t):
-                j += 1
-            alone += tokens * _local_step(steps, j)
+        for t, tokens, period in self._rounds:
+            own = by_period.get(period) or by_period[min(by_period, key=lambda p: (abs(p - period), -p))]
+            alone += tokens * _step_near(own, t)
         speedup = alone / self._t
         per_pass = self._tokens / len(self._rounds)
-        spread = _spread(steps)
+        spread = _spread([s for ss in by_period.values() for s in _residuals(ss)])
         margin = math.exp(2 * spread / math.sqrt(len(steps)))
         bound = max(per_pass, 1.0)
+        medians = [statistics.median(s for _, s in ss) for ss in by_period.values()]
         return SpeedupEstimate(
             speedup=min(speedup, bound),
             low=min(speedup / margin, bound),
             high=min(speedup * margin, bound),
             target_alone_tps=self._tokens / alone if alone > 0 else 0.0,
             plain_steps=len(steps),
-            load_changed=_changed(steps),
+            load_changed=max(medians) / min(medians) >= _CHANGE
+            or any(_changed(ss) for ss in by_period.values()),
         )
+
+
+def _step_near(steps: list[tuple[float, float]], t: float) -> float:
+    """The median of the timed step nearest to time t and its neighbours (steps in time order)."""
+    j = bisect.bisect_left(steps, (t, -math.inf))
+    if j == len(steps) or (j > 0 and t - steps[j - 1][0] <= steps[j][0] - t):
+        j -= 1
+    return _local_step(steps, j)
 
 
 def _local_step(steps: list[tuple[float, float]], j: int) -> float:
@@ -119,16 +137,22 @@ def _local_step(steps: list[tuple[float, float]], j: int) -> float:
     return statistics.median(s for _, s in steps[lo:hi])
 
 
-def _spread(steps: list[tuple[float, float]]) -> float:
-    """Relative scatter of the steps around their local medians (log scale); a prior while
-    there are too few to tell."""
+def _residuals(steps: list[tuple[float, float]]) -> list[float]:
+    """Each step against its local median (log scale); none while too few to tell."""
     if len(steps) < 3:
+        return []
+    return [math.log(s / _local_step(steps, j)) for j, (_, s) in enumerate(steps)]
+
+
+def _spread(residuals: list[float]) -> float:
+    """Relative scatter of the steps around their local medians; a prior while too few."""
+    if len(residuals) < 3:
         return _PRIOR_SPREAD
-    residuals = [math.log(s / _local_step(steps, j)) for j, (_, s) in enumerate(steps)]
     return max(statistics.pstdev(residuals), 0.02)
 
 
 def _changed(steps: list[tuple[float, float]]) -> bool:
+    """Whether the steps' speed moved within one period (a neighbour the threads did not see)."""
     if len(steps) < 4:
         return False
     local = [_local_step(steps, j) for j in range(1, len(steps) - 1)]
