@@ -47,7 +47,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,9 +62,22 @@ from jinja2.nodes import Node
 from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import Markup
 
 from .errors import PromptCancelled, TandemError
 from .reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
+from .template_sizes import (
+    BoundedEscapeFormatter,
+    BoundedFormatter,
+    TooLarge,
+    bounded_filters,
+    check_call,
+    check_mod,
+    json_size,
+    refuse_over,
+)
+from .template_sizes import limit as _limit
+from .template_sizes import weight as _weight
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
 # adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small
@@ -130,6 +143,8 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
+    if indent:  # (each item on a line of its own, indented by its depth)
+        refuse_over(json_size(x, len(indent) if isinstance(indent, str) else indent, _limit.get()))
     return json.dumps(
         x,
         ensure_ascii=ensure_ascii,
@@ -174,39 +189,12 @@ class _Generation(Extension):
 
 
 # ---------------------------------------------------------------------- size
-# The current render's size limit (it depends on the conversation). A context variable, so
-# renders in two threads each see their own.
-_limit: ContextVar[int] = ContextVar("chat_template_limit", default=MAX_OUTPUT_CHARS)
+# The current render's size limit and the size of a value: template_sizes.py, which also
+# checks the calls that take a width or a count.
 
 
 def _too_large(limit: int) -> ChatTemplateError:
     return _failed(f"it builds text larger than {limit:,} characters")
-
-
-def _weight(value: Any, budget: int) -> int:
-    """About how many characters `value` becomes as text: the length of its strings plus one per
-    item of a list, tuple or dict, counted through nested ones (`[big] * 1000` is 1000 bigs).
-    Counting stops once past `budget`, so the check costs at most that many steps."""
-    if isinstance(value, (str, bytes)):  # the common case, without the loop
-        return len(value)
-    total = 0
-    pending = [value]
-    while pending and total <= budget:
-        item = pending.pop()
-        if isinstance(item, (str, bytes)):
-            total += len(item)
-        elif isinstance(item, (list, tuple)):
-            total += len(item)
-            if total <= budget:
-                pending.extend(item)
-        elif isinstance(item, dict):
-            total += len(item)
-            if total <= budget:
-                pending.extend(item.keys())
-                pending.extend(item.values())
-        else:
-            total += 1
-    return total
 
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
@@ -225,6 +213,8 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
         repeated = isinstance(seq, _SEQUENCES) and isinstance(times, int) and times > 0
         if repeated and _weight(seq, limit // times) * times > limit:
             raise _too_large(limit)
+    elif operator == "%":
+        check_mod(left, right)  # (printf-style: widths and precisions)
     elif operator == "**":
         huge = isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
         if huge and abs(left).bit_length() * right > _MAX_INT_BITS:
@@ -280,13 +270,40 @@ class _TickingCodeGenerator(CodeGenerator):
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     # The operators that can build a large value from small ones. Intercepted operators are
     # also never folded at compile time, so a constant bomb is not built while compiling.
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
     code_generator_class = _TickingCodeGenerator
     concat = staticmethod(_bounded_concat)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         _check_binop(operator, left, right)
         return self.binop_table[operator](left, right)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        # (the sandbox's own names: a template's keyword arguments cannot collide with them)
+        args = check_call(__obj, args, kwargs)  # (a string method's width or count)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """str.format and format_map, each field checked (template_sizes.BoundedFormatter)."""
+        if super().wrap_str_format(value) is None:
+            return None
+        text: str = value.__self__
+        mapping = value.__name__ == "format_map"
+
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            if mapping:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one argument")
+                kwargs = args[0]
+                args = ()
+            formatter = (
+                BoundedEscapeFormatter(self, escape=text.escape)
+                if isinstance(text, Markup)
+                else BoundedFormatter(self)
+            )
+            return type(text)(formatter.vformat(text, args, kwargs))
+
+        return bounded
 
     @staticmethod
     def tick() -> None:
@@ -305,6 +322,7 @@ _env = _BoundedEnvironment(
     undefined=_Absent,
 )
 _env.filters["tojson"] = _tojson
+bounded_filters(_env.filters)
 _env.globals["raise_exception"] = _raise
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 _compiled: dict[str, jinja2.Template] = {}
@@ -464,6 +482,8 @@ def _render(
         )
     except (ChatTemplateError, PromptCancelled):
         raise
+    except TooLarge as exc:
+        raise _too_large(exc.limit) from exc
     except jinja2.TemplateSyntaxError as exc:
         raise _failed(f"line {exc.lineno}: {_sentence(exc.message or 'syntax error')}") from exc
     except jinja2.TemplateError as exc:
