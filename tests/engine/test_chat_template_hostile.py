@@ -215,6 +215,16 @@ def test_any_other_failure_is_a_chat_template_error(template: str) -> None:
     assert isinstance(outcome, ChatTemplateError), repr(outcome)
 
 
+def test_a_variable_cannot_hide_the_template_s_own_functions() -> None:
+    """A caller's variables (a server request's chat_template_kwargs) named like the functions
+    templates call would replace them: raise_exception would then refuse nothing."""
+    template = "{% if messages|length > 1 %}{{ raise_exception('one message only') }}{% endif %}ok"
+    two = [ChatMessage("user", "a"), ChatMessage("user", "b")]
+    for name in ("raise_exception", "strftime_now"):
+        with pytest.raises(ChatTemplateError, match="refused the conversation: one message only"):
+            render_chat(template, two, bos_token="", eos_token="", variables={name: "x"})
+
+
 def test_renders_leave_a_debuggers_tracer_alone() -> None:
     """The time limit is compiled into the template: a debugger's or coverage's tracer stays
     in place through renders, also failed ones."""

@@ -363,8 +363,12 @@ def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, 
     return "".join(chunks)
 
 
-# The variables every render sets itself; a caller's extra variables cannot replace them.
-RESERVED_VARIABLES = frozenset({"messages", "bos_token", "eos_token", "add_generation_prompt"})
+# The variables every render sets itself, and the functions templates call (a variable of the
+# same name would hide raise_exception, so a template's refusal would not happen); a caller's
+# extra variables cannot replace them.
+RESERVED_VARIABLES = frozenset(
+    {"messages", "bos_token", "eos_token", "add_generation_prompt", "raise_exception", "strftime_now"}
+)
 
 
 @dataclass(frozen=True)
