@@ -124,10 +124,10 @@ def _changes(kind: Kind) -> list[tuple[str, dict[str, Any]]]:
     for key, array in kind.arrays:
         out.append((f"{key}={array}", {f"{arch}.{key}": Typed(I32, array, array=True)}))
     out.append(("rope.scaling.type=bogus", {f"{arch}.rope.scaling.type": "bogus"}))
-    # A tokenizer told to add a BOS it does not have (llama.cpp asserts when it tokenizes).
-    out.append(
-        ("add_bos-without-bos", {"tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.bos_token_id": 10**6})
-    )
+    # A tokenizer told to add a BOS it does not have (llama.cpp asserts when it tokenizes; UGM
+    # has no BOS of its own to fall back on).
+    no_bos = {"tokenizer.ggml.model": "t5", "tokenizer.ggml.add_bos_token": True}
+    out.append(("add_bos-without-bos", {**no_bos, "tokenizer.ggml.bos_token_id": 9**9}))
     return out
 
 
