@@ -25,7 +25,8 @@ can go on with --raw) and never a crash, a prompt of gigabytes or a hang:
 
 * size: the text a render builds, as output or in between, is limited to MAX_OUTPUT_CHARS plus
   four times the conversation's own characters. The checks run before the big operations
-  (`*`, `**`, `+`, `~`, joining a macro's output), so a size bomb is refused before it is built.
+  (`*`, `**`, `+`, `~`, `%`, joining a macro's output, and the string methods and filters that
+  take a width or a count: template_sizes.py), so a size bomb is refused before it is built.
 * time: RENDER_SECONDS, checked between pieces of output and, compiled into the template, at
   the start of every block (each loop iteration, each macro call), so loops that write
   nothing are stopped too.
