@@ -217,6 +217,14 @@ def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
     return ModelPair.load(ref.target, ref.draft, options)
 
 
+def as_loaded(ref: PairRef, pair: ModelPair) -> PairRef:
+    """`ref` as it loaded: with the companion that drafts as its draft (None: none of those
+    found could load), for what a front-end keeps (the app's last pair)."""
+    if not ref.companions:
+        return ref
+    return PairRef(ref.target, pair.draft_file, ref.name, ref.spec)
+
+
 def found_notes(ref: PairRef, pair: ModelPair) -> list[str]:
     """Notes on the companions found beside the target: those whose headers were refused, and
     the one that drafts (those llama.cpp refused are in the pair's own notes)."""

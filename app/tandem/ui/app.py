@@ -25,7 +25,7 @@ from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.catalog.units import format_bytes
 from tandem.engine import GenerationConfig
 from tandem.session.drafting import drafts_itself, trained_drafter
-from tandem.session.pairs import DraftNeeds, PairRef, load_pair
+from tandem.session.pairs import DraftNeeds, PairRef, as_loaded, load_pair
 from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
 from tandem.ui.conversations import Conversation, ConversationStore
@@ -159,7 +159,8 @@ class TandemApp(App[None]):
                     restored = None
             self.post_message(PairLoadFailed(ref, failure_text(exc), restored))
             return
-        self.post_message(PairLoaded(LoadedPair(ref, pair), time.perf_counter() - t0))
+        # (a companion that could not load was skipped: the pair kept is the one that loaded)
+        self.post_message(PairLoaded(LoadedPair(as_loaded(ref, pair), pair), time.perf_counter() - t0))
 
     def on_pair_loaded(self, message: PairLoaded) -> None:
         self.loading = None
