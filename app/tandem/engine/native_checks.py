@@ -59,7 +59,7 @@ NO_ROPE = frozenset(
     }
 )
 # Graph builders that assert the rotary dimension is the whole head (src/models/*.cpp:
-# GGML_ASSERT(n_embd_head == n_rot)).
+# GGML_ASSERT(n_embd_head == n_rot)), and the architectures built by one of those graphs.
 ROPE_IS_HEAD = frozenset(
     {
         "apertus",
@@ -88,6 +88,7 @@ ROPE_IS_HEAD = frozenset(
         "grok",
         "grovemoe",
         "hunyuan-moe",
+        "hunyuan-dense",  # (hunyuan_vl's graph)
         "hunyuan_vl",
         "hy_v3",
         "internlm2",
@@ -95,9 +96,11 @@ ROPE_IS_HEAD = frozenset(
         "llada",
         "llada-moe",
         "llama",
+        "llama-embed",  # (llama's graph)
         "llama4",
         "maincoder",
         "mellum",
+        "minicpm",  # (granite's graph)
         "minimax-01",
         "minimax-m2",
         "mistral3",
@@ -152,7 +155,10 @@ SAME_HEAD_SIZES = ROPE_IS_HEAD | frozenset(
         "gptneox",
         "granitehybrid",
         "jais",
+        "jina-bert-v2",  # (bert's graph, as the nomic ones)
+        "jina-bert-v3",
         "laguna",
+        "maple",
         "minimax-m3",
         "modern-bert",
         "mpt",
@@ -161,15 +167,19 @@ SAME_HEAD_SIZES = ROPE_IS_HEAD | frozenset(
         "nemotron_h",
         "nemotron_h_moe",
         "neo-bert",
+        "nomic-bert",
+        "nomic-bert-moe",
         "openelm",
         "phi2",
         "phi3",
+        "phimoe",  # (phi3's graph)
         "qwen",
         "refact",
         "spark2_5",
         "stablelm",
         "starcoder",
         "t5",
+        "t5encoder",  # (t5's graph)
     }
 )
 # Rotary embeddings in sections (M-RoPE): the CPU kernel asserts one of the first three
