@@ -8,7 +8,11 @@ its time, the parent records that case with what ended it, and starts a new chil
 rest. So a crash is always pinned on its case, and a run of cases that all behave costs one
 start.
 
-`python native_child.py` is the child: it reads the cases as JSON on standard input.
+A case may name files to write just before it runs and to delete once it has (`Case.edits`,
+through gguf_edit.with_metadata): hundreds of edited copies of a 14 MB model would otherwise
+sit on disk at once.
+
+`python native_child.py` is the child: it reads the cases (pickled) on standard input.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import select
 import signal
 import subprocess
@@ -24,6 +29,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Case:
+    """One `tandem` command line, and the edited files it needs: (source, destination, the
+    metadata changes), written just before it runs and removed after."""
+
+    argv: tuple[str, ...]
+    edits: tuple[tuple[Path, Path, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,8 @@ class Outcome:
         return f"{' '.join(self.argv)}: {how}: {self.err.strip()[-400:]} {self.assertion}"
 
 
-def run_cases(cases: list[list[str]], *, timeout: float = 60.0) -> list[Outcome]:
-    """Run each argv (arguments of `tandem`) and return how each ended, in order. `timeout`:
+def run_cases(cases: list[Case], *, timeout: float = 60.0) -> list[Outcome]:
+    """Run each case (arguments of `tandem`) and return how each ended, in order. `timeout`:
     the seconds one case may take before it counts as a hang."""
     out: list[Outcome] = []
     while len(out) < len(cases):
@@ -70,7 +85,7 @@ def run_cases(cases: list[list[str]], *, timeout: float = 60.0) -> list[Outcome]
     return out
 
 
-def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
+def _one_child(cases: list[Case], timeout: float) -> list[Outcome]:
     """Run cases in one child until they end or the child dies; the outcomes it reached (at
     least one: the case that killed it)."""
     # (GGML_NO_BACKTRACE: an assert ends the child at once, without ggml asking gdb for a trace)
@@ -83,7 +98,7 @@ def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
         env=env,
     )
     assert child.stdin is not None and child.stdout is not None and child.stderr is not None
-    child.stdin.write(json.dumps(cases).encode())
+    child.stdin.write(pickle.dumps(cases))
     child.stdin.close()
     os.set_blocking(child.stderr.fileno(), False)
     native = bytearray()
@@ -101,7 +116,8 @@ def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
                 child.kill()
                 child.wait()
                 case = cases[len(outcomes)]
-                outcomes.append(Outcome(tuple(case), None, hung=True, seconds=timeout))
+                outcomes.append(Outcome(case.argv, None, hung=True, seconds=timeout))
+                _remove(case)
                 return outcomes
             continue
         chunk = os.read(child.stdout.fileno(), 1 << 16)
@@ -113,8 +129,9 @@ def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
             seconds = time.monotonic() - started if started is not None else 0.0
             sig = -rc if rc < 0 else None
             text = native.decode(errors="replace")
-            ended = Outcome(tuple(case), rc if rc >= 0 else None, signal=sig, seconds=seconds, native=text)
+            ended = Outcome(case.argv, rc if rc >= 0 else None, signal=sig, seconds=seconds, native=text)
             outcomes.append(ended)
+            _remove(case)
             return outcomes
         pending += chunk
         while b"\n" in pending:
@@ -131,7 +148,7 @@ def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
                 case = cases[len(outcomes)]
                 outcomes.append(
                     Outcome(
-                        tuple(case),
+                        case.argv,
                         msg["rc"],
                         msg["err"],
                         seconds=msg["seconds"],
@@ -143,17 +160,27 @@ def _one_child(cases: list[list[str]], timeout: float) -> list[Outcome]:
     return outcomes
 
 
+def _remove(case: Case) -> None:
+    """Delete a case's edited files (the parent does, for a case that ended the child)."""
+    for _, dest, _ in case.edits:
+        dest.unlink(missing_ok=True)
+
+
 def _child() -> None:
-    """Run each case of the JSON list on standard input through `tandem`'s main, reporting a
-    start and an end line for each on standard output (the real one: what the command prints
-    goes to a buffer)."""
+    """Run each case of the list on standard input through `tandem`'s main, reporting a start
+    and an end line for each on standard output (the real one: what the command prints goes to
+    a buffer)."""
+    from gguf_edit import with_metadata
     from tandem.cli.main import main
 
     report = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # (what native code prints: with stderr)
-    cases = json.load(sys.stdin)
+    cases: list[Case] = pickle.load(sys.stdin.buffer)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    for i, argv in enumerate(cases):
+    for i, case in enumerate(cases):
+        for src, dest, changes in case.edits:
+            with_metadata(src, dest, changes)
+        argv = list(case.argv)
         report.write(json.dumps({"start": i}) + "\n")
         err, out = io.StringIO(), io.StringIO()
         t0 = time.monotonic()
@@ -167,6 +194,7 @@ def _child() -> None:
 
                 rc = 99
                 err.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        _remove(case)
         report.write(json.dumps({"rc": rc, "err": err.getvalue(), "seconds": time.monotonic() - t0}) + "\n")
 
 

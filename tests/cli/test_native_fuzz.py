@@ -27,8 +27,8 @@ import pytest
 import model_files
 import trained
 from catalogs import link_or_copy
-from gguf_edit import I32, STR, Typed, tokens_of, with_metadata
-from native_child import Outcome, run_cases
+from gguf_edit import I32, STR, Typed, tokens_of
+from native_child import Case, Outcome, run_cases
 
 # A case may take this long before it counts as a hang (a load and four tokens take < 1 s).
 CASE_TIMEOUT_S = 60.0
@@ -169,13 +169,13 @@ def test_no_value_of_a_checked_key_aborts_or_hangs(name: str, tmp_path: Path) ->
     kind = KINDS[name]
     source = kind.source()
     cases = [*_changes(kind), ("repeated-token-text", _repeated_tokens(source))]
-    argvs = []
+    runs = []
     for i, (_, change) in enumerate(cases):
         folder = tmp_path / f"c{i}"
         folder.mkdir()
-        path = with_metadata(source, folder / kind.name, change)
-        argvs.append(_argv(kind, path, folder))
-    outcomes = run_cases(argvs, timeout=CASE_TIMEOUT_S)
+        path = folder / kind.name  # (written by the child just before the case runs)
+        runs.append(Case(tuple(_argv(kind, path, folder)), ((source, path, change),)))
+    outcomes = run_cases(runs, timeout=CASE_TIMEOUT_S)
     problems = [p for (case, _), o in zip(cases, outcomes, strict=True) if (p := _check(o, case))]
     assert not problems, "\n".join(problems)
     # Refused in the header, or by llama.cpp's own checks: most edges are not a usable file.
