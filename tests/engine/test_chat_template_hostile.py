@@ -115,6 +115,52 @@ def test_output_and_intermediate_text_are_bounded(template: str) -> None:
     _assert_refused(template)
 
 
+# One call asks Python for gigabytes with a width or a count (issue 38: 11-20 s and 4.6-6 GB
+# before a MemoryError, each); the size is worked out from the arguments and refused first.
+SINGLE_CALLS = {
+    "percent": '{{ "%1500000000s" % "x" }}',
+    "percent-star": '{{ "%*s" % (1500000000, "x") }}',
+    "percent-precision": '{{ "%.1500000000f" % 1.0 }}',
+    "percent-mapping": '{{ "%(a)1500000000s" % {"a": "x"} }}',
+    "center": '{{ "x"|center(1500000000) }}',
+    "indent": '{{ "x\ny"|indent(1500000000) }}',
+    "format-filter": '{{ "%-1500000000s"|format("x") }}',
+    "replace-method": '{% set s = "a" * 4000000 %}{{ s.replace("a", s)|length }}',
+    "replace-empty": '{{ ("a" * 100000).replace("", "b" * 1000) }}',
+    "replace-filter": '{{ ("a" * 100000)|replace("a", "b" * 1000) }}',
+    "ljust": '{{ "x".ljust(1500000000) }}',
+    "rjust": '{{ "x".rjust(1500000000) }}',
+    "zfill": '{{ "1".zfill(1500000000) }}',
+    "expandtabs": '{{ ("\t" * 10000).expandtabs(1000000) }}',
+    "str-format": '{{ "{:>1500000000}".format("x") }}',
+    "str-format-nested": '{{ "{:{w}}".format("x", w=1500000000) }}',
+    "str-format-many": "{{ ('{0:1000000}' * 20).format('x') }}",
+    "format-map": '{{ "{a:1500000000}".format_map({"a": "x"}) }}',
+    "wordwrap": '{{ ("x" * 3000000)|wordwrap(1, wrapstring="yy") }}',
+    "join-filter": '{{ range(100000)|join("x" * 1000) }}',
+    "join-generator": '{{ range(100000)|map("string")|join("y" * 1000) }}',
+    "join-method": '{{ ("y" * 1000).join(range(100000)|map("string")) }}',
+    "translate": '{{ "ab".translate({97: "x" * 8000000}) }}',
+    "tojson-indent": "{{ [1, 2]|tojson(indent=1500000000) }}",
+    "batch": "{{ [1]|batch(1500000000, 0)|list|length }}",
+}
+
+
+@pytest.mark.parametrize("template", list(SINGLE_CALLS.values()), ids=list(SINGLE_CALLS))
+def test_a_single_call_with_a_huge_width_or_count_is_refused_before_it_allocates(template: str) -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        message = _assert_refused(template)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "larger than" in message
+    # What the template built before the call (at most the 8 Mi-character limit), not the call.
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
 def test_huge_numbers_are_refused() -> None:
     _assert_refused("{{ 2 ** (10**8) }}")
 
@@ -169,6 +215,16 @@ def test_any_other_failure_is_a_chat_template_error(template: str) -> None:
     assert isinstance(outcome, ChatTemplateError), repr(outcome)
 
 
+def test_a_variable_cannot_hide_the_template_s_own_functions() -> None:
+    """A caller's variables (a server request's chat_template_kwargs) named like the functions
+    templates call would replace them: raise_exception would then refuse nothing."""
+    template = "{% if messages|length > 1 %}{{ raise_exception('one message only') }}{% endif %}ok"
+    two = [ChatMessage("user", "a"), ChatMessage("user", "b")]
+    for name in ("raise_exception", "strftime_now"):
+        with pytest.raises(ChatTemplateError, match="refused the conversation: one message only"):
+            render_chat(template, two, bos_token="", eos_token="", variables={name: "x"})
+
+
 def test_renders_leave_a_debuggers_tracer_alone() -> None:
     """The time limit is compiled into the template: a debugger's or coverage's tracer stays
     in place through renders, also failed ones."""
@@ -218,6 +274,16 @@ VALID = [
     "{% macro turn(m) %}[{{ m.role }}]{{ m.content|trim }}{% endmacro %}"
     "{% for m in messages %}{{ turn(m) }}{% if not loop.last %}\n{% endif %}{% endfor %}"
     "{{ messages|tojson }}{{ bos_token ~ eos_token }}",
+    # The calls that take a width or a count, in the sizes real templates use.
+    "{{ '%s: %5.2f|%-4d|%(x)s' % ('a', 1.5, 7) if false else '%s: %5.2f|%-4d' % ('a', 1.5, 7) }}"
+    "{{ '%(x)s=%%' % {'x': 3} }}{{ '%*d' % (4, 2) }}{{ '%s, %s!'|format('Hi', 'you') }}"
+    "{{ 'ab'|center(9) }}{{ 'x'.ljust(4) }}{{ 'x'.rjust(3, '.') }}{{ '7'.zfill(3) }}"
+    "{{ 'a-b-c'.replace('-', '+', 1) }}{{ 'a-b'|replace('-', '::') }}{{ 'a\tb'.expandtabs(4) }}"
+    "{{ '{:>4}|{}|{x:^5}'.format('a', 2, x='m') }}{{ '{k}'.format_map({'k': 'v'}) }}"
+    "{{ 'l1\nl2\n\nl3'|indent(2) }}{{ 'l1\nl2'|indent('> ', first=true, blank=true) }}"
+    "{{ 'a b c d e f'|wordwrap(3) }}{{ 'a b c d'|wordwrap(3, wrapstring='|') }}"
+    "{{ ['a', 'b']|join(', ') }}{{ ', '.join(['a', 'b']) }}{{ messages|map(attribute='role')|join('/') }}"
+    "{{ messages|tojson(indent=2) }}{{ [1, 2, 3]|batch(2, 0)|list }}{{ 'ab'.translate({97: 'xy'}) }}",
 ]
 
 

@@ -277,10 +277,11 @@ def test_a_named_pipe_is_refused_without_opening_it(tmp_path: Path) -> None:
 def at_the_limits(n_merges: int) -> bytes:
     """A header at every limit at once, each filled as cheaply per byte as the format allows."""
     n_tokens = gguf_file.MAX_TOKENS
-    token = s(b"t" * (gguf_file.MAX_TOKEN_TABLE_BYTES // n_tokens - 8))
+    width = gguf_file.MAX_TOKEN_TABLE_BYTES // n_tokens - 8
+    tokens = b"".join(s(b"%0*x" % (width, i)) for i in range(n_tokens))  # (all different, as llama.cpp needs)
     pairs = [
         LLAMA,
-        kv("tokenizer.ggml.tokens", ARR, array_header(STR, n_tokens) + token * n_tokens),
+        kv("tokenizer.ggml.tokens", ARR, array_header(STR, n_tokens) + tokens),
         kv("tokenizer.ggml.merges", ARR, array_header(STR, n_merges) + bytes(8 * n_merges)),
     ]
     # The rest of the key limit as small keys (each costs a dict entry and a Python int)...

@@ -128,6 +128,9 @@ def test_earlier_reasoning_is_rendered_as_the_template_says(thinker: ModelPair) 
     [
         ({"enable_thinking": {"deep": True}}, "'enable_thinking' must be a string, number, boolean or null"),
         ({"messages": "x"}, "'messages' is set by the server and cannot be given"),
+        # A template's own function, which a variable would hide (its refusals would not happen).
+        ({"raise_exception": "x"}, "'raise_exception' is set by the server and cannot be given"),
+        ({"tools": "[]"}, "'tools' (function calling) are not supported by tandem serve"),
         ({"bad name": 1}, "'bad name' is not a variable name"),
         ({f"k{i}": i for i in range(17)}, "at most 16 variables"),
         ({"x": "y" * 2000}, "'x' is longer than 1024 characters"),

@@ -4,9 +4,11 @@ a worker failing on something unexpected, another instance saving the same setti
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -153,3 +155,39 @@ def test_a_saved_chat_that_cannot_be_read_now_is_reported_and_left_in_place(
         assert not (dirs.conversations / "damaged").exists()
 
     run_app(app, scenario)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_the_app_starts_past_app_files_that_are_not_files(dirs: AppDirs, tiny_ref: PairRef) -> None:
+    """Named pipes for settings.toml, state.json and a saved chat (each read used
+    to wait for a writer forever), and a chat linked to /dev/zero (2.6 GB read, then an uncaught
+    MemoryError): the app starts with its defaults, sets the chats aside and says so."""
+    dirs.settings_file.unlink()
+    for path in (dirs.settings_file, dirs.state_file, dirs.conversations / "chat1.json"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(path)
+    (dirs.conversations / "chat2.json").symlink_to("/dev/zero")
+    started: list[TandemApp] = []
+
+    def start() -> None:
+        app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+        started.append(app)
+
+        async def scenario(pilot: Pilot[None]) -> None:
+            await wait_for(
+                pilot,
+                lambda: any("2 saved chat file(s)" in n.message for n in app._notifications),
+                30,
+                "notice",
+            )
+
+        run_app(app, scenario)
+
+    # In a thread of its own: a regression blocks on a pipe, and fails here instead of hanging.
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the app did not start"
+    assert started and started[0].settings == Settings()
+    moved = sorted(p.name.split(".")[0] for p in (dirs.conversations / "damaged").iterdir())
+    assert moved == ["chat1", "chat2"]

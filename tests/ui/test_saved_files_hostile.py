@@ -1,6 +1,6 @@
 """Saved files that are damaged, briefly unreadable or written by two instances at once: the app
 starts, keeps every healthy chat where it is, sets damaged ones aside (reported, never deleted)
-and loses no update to state.json or speeds.json.
+and loses no update to state.json.
 
 The conversation store is used without the Textual app: that is all the app calls at start
 (check_saved_chats -> list()) and when a chat is reopened (load()).
@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import pytest
 
 from tandem.engine import Origin
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans
+from tandem.ui.settings import Settings, load_settings
 from tandem.ui.storage import AppDirs, read_json, update_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,8 +212,9 @@ def test_valid_files_are_read_as_before(tmp_path: Path) -> None:
 def unreadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, int], Callable[[], None]]]:
     """Make one file fail to read, as a transient error would; returns a function that undoes it.
 
-    Not root: a real chmod 000 (EACCES). As root, permissions do not stop reads, so Path.open is
-    patched for that one path to raise the error (Path.read_text and read_bytes go through it)."""
+    Not root: a real chmod 000 (EACCES). As root, permissions do not stop reads, so Path.open and
+    os.open are patched for that one path to raise the error (Path.read_text and read_bytes go
+    through the first, small_files.read_small_text through the second)."""
     undo: list[Callable[[], None]] = []
 
     def make(path: Path, err: int) -> Callable[[], None]:
@@ -219,15 +223,25 @@ def unreadable(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path, int]
             path.chmod(0)
             restore = lambda: path.chmod(mode)  # noqa: E731
         else:
-            real_open = Path.open
+            real_open, real_os_open = Path.open, os.open
 
             def failing_open(self: Path, *args: Any, **kwargs: Any) -> Any:
                 if self == path:
                     raise OSError(err, os.strerror(err), str(self))
                 return real_open(self, *args, **kwargs)
 
+            def failing_os_open(name: Any, *args: Any, **kwargs: Any) -> int:
+                if Path(name) == path:
+                    raise OSError(err, os.strerror(err), str(name))
+                return real_os_open(name, *args, **kwargs)
+
             monkeypatch.setattr(Path, "open", failing_open)
-            restore = lambda: monkeypatch.setattr(Path, "open", real_open)  # noqa: E731
+            monkeypatch.setattr(os, "open", failing_os_open)
+
+            def restore() -> None:
+                monkeypatch.setattr(Path, "open", real_open)
+                monkeypatch.setattr(os, "open", real_os_open)
+
         undo.append(restore)
         return restore
 
@@ -277,6 +291,93 @@ def test_update_json_never_overwrites_a_file_it_could_not_read(
     path.write_text("{broken")
     update_json(path, put("b"))
     assert list(read_json(path)) == ["b"]
+
+
+# ---------------------------------------------------------------------- not a file at all
+def _within(seconds: float, work: Callable[[], Any]) -> Any:
+    """What `work` returned, run in a daemon thread: a regression that blocks on a pipe fails
+    the test after `seconds` instead of hanging the suite."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    assert out, "it raised (see the thread's traceback above)"
+    return out[0]
+
+
+def _not_a_file(path: Path, kind: str, elsewhere: Path) -> None:
+    """Put something that is not a regular file at `path`: a named pipe (reading it waits for a
+    writer forever), a link to /dev/zero (endless zeros), a link to a real chat elsewhere (links
+    are not followed), or a sparse file of 128 MiB (more than any file the app writes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "link":
+        path.symlink_to(elsewhere)
+    else:
+        with path.open("wb") as fh:
+            fh.truncate(128 << 20)
+
+
+NOT_FILES = ["fifo", "dev-zero", "link", "huge"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("kind", NOT_FILES)
+def test_a_chat_that_is_not_a_file_is_set_aside_without_reading_it(tmp_path: Path, kind: str) -> None:
+    store = ConversationStore(tmp_path / "c")
+    other = _healthy(store, "other")
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(_valid_json("20260101-000000-eeeeee")))
+    path = store.directory / "20260101-000000-aaaaaa.json"
+    _not_a_file(path, kind, elsewhere)
+    tracemalloc.start()
+    try:
+        listed = _within(10, store.list)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [x.id for x in listed] == [other.id] and peak < 32 << 20, f"{peak >> 20} MiB"
+    # Set aside as a damaged file is (the link itself, not what it points to), and reported.
+    [backup] = store.damaged
+    assert not os.path.lexists(path) and os.path.lexists(backup) and elsewhere.exists()
+    assert _within(10, lambda: store.load("20260101-000000-aaaaaa")) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("kind", NOT_FILES)
+def test_state_and_settings_that_are_not_files_are_never_read(tmp_path: Path, kind: str) -> None:
+    """The app reads these at start: each is taken as missing (defaults), and the next save
+    replaces it with a file of its own."""
+    dirs = AppDirs.under(tmp_path)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"a": {"tokens_per_s": 1.0}}')
+    for path in (dirs.state_file, dirs.settings_file):
+        _not_a_file(path, kind, elsewhere)
+    assert _within(10, lambda: read_json(dirs.state_file)) is None
+    settings, notes = _within(10, lambda: load_settings(dirs.settings_file))
+    assert settings == Settings() and len(notes) == 1 and "using the default settings" in notes[0]
+    assert not dirs.settings_file.with_name("settings.toml.broken").exists()
+    _within(10, lambda: update_json(dirs.state_file, lambda _: {"b": 1}))
+    assert dirs.state_file.is_file() and not dirs.state_file.is_symlink()
+    assert list(read_json(dirs.state_file)) == ["b"] and elsewhere.read_text().startswith('{"a"')
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_lm_studio_s_files_that_are_not_files_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tandem.catalog.discovery import lm_studio_dirs
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    os.mkfifo(tmp_path / ".lmstudio-home-pointer")
+    _not_a_file(tmp_path / ".lmstudio" / "settings.json", "fifo", tmp_path)
+    (tmp_path / ".lmstudio" / "models").mkdir()
+    dirs = _within(10, lm_studio_dirs)
+    assert tmp_path / ".lmstudio" / "models" in dirs
 
 
 # ---------------------------------------------------------------------- two instances at once

@@ -56,3 +56,33 @@ def test_the_picker_offers_a_drafter_beside_its_target_and_the_chat_drafts_with_
         assert view.drafted > 0 and view.eagle3_rounds > 0
 
     run_app(app, scenario)
+
+
+def test_tandem_chat_with_a_target_alone_skips_a_companion_that_cannot_load(
+    dirs: AppDirs, tmp_path: Path
+) -> None:
+    """`tandem chat --target X`: the drafters found beside X are tried in order; one llama.cpp
+    refuses is skipped with a note, the next drafts, and the app keeps the pair that loaded."""
+    from catalogs import link_or_copy
+    from gguf_edit import with_metadata
+    from tandem.cli.chat_cmd import app_for
+    from tandem.cli.options import ChatOptions
+    from tandem.session.pairs import PairRequest
+
+    folder = tmp_path / "models"
+    target = link_or_copy(trained.target(), folder / "tiny-target.gguf")
+    broken = with_metadata(
+        trained.eagle3(), folder / "eagle3-broken.gguf", {"eagle3.attention.head_count": 0}
+    )
+    good = link_or_copy(trained.dflash(), folder / "dflash-good.gguf")
+    opts = ChatOptions(PairRequest(target=target), False, None, None, 1, None)
+    app = app_for(opts, dirs=dirs, calibrate_speed=False)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
+        assert app.loaded.ref == PairRef(target, good) and app.loaded.pair.draft_file == good
+        # (the notes the app shows above the chat when a pair loads)
+        notes = app.loaded.pair.notes
+        assert any(n.startswith(f"{broken.name}, found beside tiny-target.gguf, is not used") for n in notes)
+
+    run_app(app, scenario)

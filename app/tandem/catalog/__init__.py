@@ -11,7 +11,7 @@ disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI bu
     heads.py       whether a GGUF has its own draft heads (multi-token prediction)
 """
 
-from .companions import Companion, companions_of, usable_companion
+from .companions import Companion, companions_of, usable_companion, usable_companions
 from .discovery import LocalGGUF, companions_for, cross_tokenizer, discover_ggufs, drafts_for
 from .fit import FitVerdict, device_memory, files_fit, pair_fit
 from .heads import BUILTIN_DRAFTER_LABEL, has_heads
@@ -47,4 +47,5 @@ __all__ = [
     "pull_pair",
     "unconfirmed_note",
     "usable_companion",
+    "usable_companions",
 ]

@@ -82,7 +82,12 @@ def companions_of(target: Path, *, header: Header = read_gguf) -> list[Companion
 def usable_companion(target: Path, kind: str | None = None) -> Companion | None:
     """The companion a target drafts with when none is named: the first usable one (of `kind`
     when given)."""
-    return next((c for c in companions_of(target) if c.usable and kind in (None, c.kind)), None)
+    return next(iter(usable_companions(target, kind)), None)
+
+
+def usable_companions(target: Path, kind: str | None = None) -> list[Companion]:
+    """The usable companions of `target` (of `kind` when given), in the order they are tried."""
+    return [c for c in companions_of(target) if c.usable and kind in (None, c.kind)]
 
 
 def draft_label(filename: str, path: Path | None = None) -> str:

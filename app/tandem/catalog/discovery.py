@@ -33,6 +33,7 @@ from tandem.engine.compat import compatibility_problems, cross_problems
 from tandem.engine.errors import ModelFileError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
 from tandem.engine.sidecar import read_facts, sidecar_kind
+from tandem.engine.small_files import read_small_text
 
 from .companions import KIND_LABELS, Companion, companions_of
 from .hub_cache import hub_cache_dir
@@ -250,15 +251,20 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
+# LM Studio's settings and pointer, Ollama's manifests: a few KiB each.
+_SMALL_FILE = 1 << 20
+
+
 def lm_studio_dirs() -> list[Path]:
     home = Path.home()
     dirs: list[Path] = []
     pointer = home / ".lmstudio-home-pointer"
+    # (read as files of another app: no pipe, link or device, a bounded size: small_files.py)
     with contextlib.suppress(OSError, ValueError):
-        dirs.append(Path(pointer.read_text(encoding="utf-8").strip()).expanduser() / "models")
+        dirs.append(Path(read_small_text(pointer, _SMALL_FILE).strip()).expanduser() / "models")
     dirs.append(home / ".lmstudio" / "models")
     try:
-        settings = json.loads((home / ".lmstudio" / "settings.json").read_text(encoding="utf-8"))
+        settings = json.loads(read_small_text(home / ".lmstudio" / "settings.json", _SMALL_FILE))
         folder = settings.get("downloadsFolder") if isinstance(settings, dict) else None
         if isinstance(folder, str) and folder:
             dirs.append(Path(folder).expanduser())
@@ -291,7 +297,7 @@ def _ollama_files() -> Iterator[tuple[Path, str, str]]:
             if len(rel) != 4:
                 continue
             try:
-                layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers", [])
+                layers = json.loads(read_small_text(manifest, _SMALL_FILE)).get("layers", [])
             except (OSError, ValueError, AttributeError):
                 continue
             for layer in layers if isinstance(layers, list) else []:

@@ -24,10 +24,10 @@ from tandem.bench.settings import parse_drafters, parse_settings
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from tandem.cli.process import peak_rss_bytes
-from tandem.engine import ModelPair, TandemError
+from tandem.engine import TandemError
 from tandem.engine.costs import mean_costs, measure_costs
 from tandem.session.choices import generation_config, load_options
-from tandem.session.pairs import DraftNeeds, resolve_pair
+from tandem.session.pairs import DraftNeeds, load_pair, resolve_pair
 from tandem.session.prompts import pair_notes, text_prompt
 
 
@@ -82,7 +82,7 @@ def bench(opts: BenchOptions) -> int:
     ref = resolve_pair(opts.models, DraftNeeds.of(drafters), fetch=terminal_fetch(yes=opts.yes))
     base = generation_config(opts.choices, ref.spec)
     settings = parse_settings(opts.compare, base)
-    with ModelPair.load(ref.target, ref.draft, load_options(opts.choices, ref.spec)) as pair:
+    with load_pair(ref, load_options(opts.choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
         encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]

@@ -17,11 +17,11 @@ from tandem.cli.options import (
 )
 from tandem.cli.process import interrupt_sets, peak_rss_bytes
 from tandem.cli.render import TokenWriter, legend, stats_line
-from tandem.engine import ModelPair, TandemError
+from tandem.engine import TandemError
 from tandem.session.choices import generation_config, load_options
 from tandem.session.collect import collect, outcome_json
 from tandem.session.drafting import no_draft_note
-from tandem.session.pairs import DraftNeeds, resolve_pair
+from tandem.session.pairs import DraftNeeds, found_notes, load_pair, resolve_pair
 from tandem.session.prompts import (
     build_text,
     pair_notes,
@@ -97,11 +97,11 @@ def run(opts: RunOptions) -> int:
     cfg = generation_config(choices, ref.spec)
     colour = opts.color == "always" or (opts.color == "auto" and sys.stdout.isatty())
 
-    with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
+    with load_pair(ref, load_options(choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
-        if ref.found:
-            print(f"note: {ref.found}", file=sys.stderr)
+        for note in found_notes(ref, pair):
+            print(f"note: {note}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
         chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)

@@ -14,10 +14,10 @@ from tandem.cli.options import (
     add_think_option,
     serve_options,
 )
-from tandem.engine import ModelPair, TandemError
+from tandem.engine import TandemError
 from tandem.session.choices import load_options
 from tandem.session.drafting import drafted_by
-from tandem.session.pairs import DraftNeeds, PairRef, resolve_pair
+from tandem.session.pairs import DraftNeeds, PairRef, found_notes, load_pair, resolve_pair
 from tandem.session.prompts import pair_notes
 
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's, which clients offer first for a local server
@@ -107,11 +107,11 @@ def serve(opts: ServeOptions) -> int:
     )
     sock = bind(opts.host, opts.port)  # before loading: a port in use is found at once
     try:
-        with ModelPair.load(ref.target, ref.draft, load_options(choices, ref.spec)) as pair:
+        with load_pair(ref, load_options(choices, ref.spec)) as pair:
             for note in pair_notes(pair, raw_hint=False):
                 print(f"note: {note}", file=sys.stderr)
-            if ref.found:
-                print(f"note: {ref.found}", file=sys.stderr)
+            for note in found_notes(ref, pair):
+                print(f"note: {note}", file=sys.stderr)
             name = opts.name or model_id(ref)
             settings = ServeSettings(
                 model_id=name,

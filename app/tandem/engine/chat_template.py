@@ -25,7 +25,8 @@ can go on with --raw) and never a crash, a prompt of gigabytes or a hang:
 
 * size: the text a render builds, as output or in between, is limited to MAX_OUTPUT_CHARS plus
   four times the conversation's own characters. The checks run before the big operations
-  (`*`, `**`, `+`, `~`, joining a macro's output), so a size bomb is refused before it is built.
+  (`*`, `**`, `+`, `~`, `%`, joining a macro's output, and the string methods and filters that
+  take a width or a count: template_sizes.py), so a size bomb is refused before it is built.
 * time: RENDER_SECONDS, checked between pieces of output and, compiled into the template, at
   the start of every block (each loop iteration, each macro call), so loops that write
   nothing are stopped too.
@@ -47,7 +48,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,9 +63,22 @@ from jinja2.nodes import Node
 from jinja2.parser import Parser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import Markup
 
 from .errors import PromptCancelled, TandemError
 from .reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
+from .template_sizes import (
+    BoundedEscapeFormatter,
+    BoundedFormatter,
+    TooLarge,
+    bounded_filters,
+    check_call,
+    check_mod,
+    json_size,
+    refuse_over,
+)
+from .template_sizes import limit as _limit
+from .template_sizes import weight as _weight
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
 # adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small
@@ -130,6 +144,8 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
+    if indent:  # (each item on a line of its own, indented by its depth)
+        refuse_over(json_size(x, len(indent) if isinstance(indent, str) else indent, _limit.get()))
     return json.dumps(
         x,
         ensure_ascii=ensure_ascii,
@@ -174,39 +190,12 @@ class _Generation(Extension):
 
 
 # ---------------------------------------------------------------------- size
-# The current render's size limit (it depends on the conversation). A context variable, so
-# renders in two threads each see their own.
-_limit: ContextVar[int] = ContextVar("chat_template_limit", default=MAX_OUTPUT_CHARS)
+# The current render's size limit and the size of a value: template_sizes.py, which also
+# checks the calls that take a width or a count.
 
 
 def _too_large(limit: int) -> ChatTemplateError:
     return _failed(f"it builds text larger than {limit:,} characters")
-
-
-def _weight(value: Any, budget: int) -> int:
-    """About how many characters `value` becomes as text: the length of its strings plus one per
-    item of a list, tuple or dict, counted through nested ones (`[big] * 1000` is 1000 bigs).
-    Counting stops once past `budget`, so the check costs at most that many steps."""
-    if isinstance(value, (str, bytes)):  # the common case, without the loop
-        return len(value)
-    total = 0
-    pending = [value]
-    while pending and total <= budget:
-        item = pending.pop()
-        if isinstance(item, (str, bytes)):
-            total += len(item)
-        elif isinstance(item, (list, tuple)):
-            total += len(item)
-            if total <= budget:
-                pending.extend(item)
-        elif isinstance(item, dict):
-            total += len(item)
-            if total <= budget:
-                pending.extend(item.keys())
-                pending.extend(item.values())
-        else:
-            total += 1
-    return total
 
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
@@ -225,6 +214,8 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
         repeated = isinstance(seq, _SEQUENCES) and isinstance(times, int) and times > 0
         if repeated and _weight(seq, limit // times) * times > limit:
             raise _too_large(limit)
+    elif operator == "%":
+        check_mod(left, right)  # (printf-style: widths and precisions)
     elif operator == "**":
         huge = isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
         if huge and abs(left).bit_length() * right > _MAX_INT_BITS:
@@ -280,13 +271,40 @@ class _TickingCodeGenerator(CodeGenerator):
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     # The operators that can build a large value from small ones. Intercepted operators are
     # also never folded at compile time, so a constant bomb is not built while compiling.
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
     code_generator_class = _TickingCodeGenerator
     concat = staticmethod(_bounded_concat)
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         _check_binop(operator, left, right)
         return self.binop_table[operator](left, right)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        # (the sandbox's own names: a template's keyword arguments cannot collide with them)
+        args = check_call(__obj, args, kwargs)  # (a string method's width or count)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """str.format and format_map, each field checked (template_sizes.BoundedFormatter)."""
+        if super().wrap_str_format(value) is None:
+            return None
+        text: str = value.__self__
+        mapping = value.__name__ == "format_map"
+
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            if mapping:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one argument")
+                kwargs = args[0]
+                args = ()
+            formatter = (
+                BoundedEscapeFormatter(self, escape=text.escape)
+                if isinstance(text, Markup)
+                else BoundedFormatter(self)
+            )
+            return type(text)(formatter.vformat(text, args, kwargs))
+
+        return bounded
 
     @staticmethod
     def tick() -> None:
@@ -305,6 +323,7 @@ _env = _BoundedEnvironment(
     undefined=_Absent,
 )
 _env.filters["tojson"] = _tojson
+bounded_filters(_env.filters)
 _env.globals["raise_exception"] = _raise
 _env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
 _compiled: dict[str, jinja2.Template] = {}
@@ -345,8 +364,12 @@ def _render_bounded(compiled: jinja2.Template, limit: int, variables: dict[str, 
     return "".join(chunks)
 
 
-# The variables every render sets itself; a caller's extra variables cannot replace them.
-RESERVED_VARIABLES = frozenset({"messages", "bos_token", "eos_token", "add_generation_prompt"})
+# The variables every render sets itself, and the functions templates call (a variable of the
+# same name would hide raise_exception, so a template's refusal would not happen); a caller's
+# extra variables cannot replace them.
+RESERVED_VARIABLES = frozenset(
+    {"messages", "bos_token", "eos_token", "add_generation_prompt", "raise_exception", "strftime_now"}
+)
 
 
 @dataclass(frozen=True)
@@ -464,6 +487,8 @@ def _render(
         )
     except (ChatTemplateError, PromptCancelled):
         raise
+    except TooLarge as exc:
+        raise _too_large(exc.limit) from exc
     except jinja2.TemplateSyntaxError as exc:
         raise _failed(f"line {exc.lineno}: {_sentence(exc.message or 'syntax error')}") from exc
     except jinja2.TemplateError as exc:

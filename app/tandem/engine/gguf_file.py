@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from .errors import ModelFileError
 from .gguf_info import FILE_TYPES, GGML_TYPES, TOKENS_KEY, GGUFInfo, TensorInfo, TokenTable
+from .native_checks import check_native
 
 # The view is gguf_info.py; its names are importable from here too (one module to read a file).
 __all__ = [
@@ -91,10 +92,18 @@ MAX_READ_BYTES = 128 << 20
 GGML_MAX_DIMS = 4  # llama.cpp (ggml.h) refuses tensors with more dimensions...
 GGML_MAX_NAME = 64  # ...or names of this many bytes or more (the C buffer holds 63 and a NUL)
 _CHUNK = 1 << 20  # read size: the header is read in pieces, only what parsing reaches
-# Integer arrays that are decoded (every other array is skipped): which of the target's layers
-# a trained drafter (EAGLE-3, DFlash) reads, a handful of ids.
-SMALL_INT_ARRAY_SUFFIXES = (".target_layers",)
-MAX_SMALL_INT_ARRAY = 64
+# Integer arrays that are decoded (every other array is skipped), with the most entries read:
+# which of the target's layers a trained drafter (EAGLE-3, DFlash) reads, a handful of ids; the
+# per-layer values llama.cpp checks (native_checks.py), one per layer (llama.cpp has at most
+# 512 layers and refuses an array of another length); the M-RoPE sections (4).
+SMALL_INT_ARRAYS = {
+    ".target_layers": 64,
+    ".attention.head_count": 512,
+    ".attention.head_count_kv": 512,
+    ".expert_used_count": 512,
+    ".rope.dimension_sections": 512,
+}
+SMALL_INT_ARRAY_SUFFIXES = tuple(SMALL_INT_ARRAYS)
 
 
 class _Reader:
@@ -224,11 +233,14 @@ class _Reader:
                     raise self.unusable(f"{key} is not an array of strings")
                 return self._strings(count, key, keep=True)
             if key.endswith(SMALL_INT_ARRAY_SUFFIXES) and item_type in _INTEGER_TYPES:
-                if count > MAX_SMALL_INT_ARRAY:
-                    raise self.unusable(
-                        f"{key} has {count:,} entries; Tandem reads at most {MAX_SMALL_INT_ARRAY} "
-                        "(real drafters read 3 to 8 layers)"
+                most = next(n for suffix, n in SMALL_INT_ARRAYS.items() if key.endswith(suffix))
+                if count > most:
+                    real = (
+                        "real drafters read 3 to 8 layers"
+                        if most < 512
+                        else "llama.cpp has at most 512 layers"
                     )
+                    raise self.unusable(f"{key} has {count:,} entries; Tandem reads at most {most} ({real})")
                 self.check_left(count * _SCALAR[item_type].size, f"the array {key!r}")
                 return tuple(int(self.scalar(item_type)) for _ in range(count))
             self._skip_array(item_type, count, key, 1)
@@ -383,6 +395,7 @@ def read_gguf(path: str | os.PathLike[str], *, check_data: bool = True) -> GGUFI
             f"{p.name} is not a usable GGUF file: its header could not be parsed "
             f"({type(exc).__name__}: {exc})"
         ) from exc
+    check_native(info)  # (values llama.cpp would abort or hang on: native_checks.py)
     if check_data:
         missing = info.missing_data_bytes()
         if missing:

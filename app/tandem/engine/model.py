@@ -224,9 +224,10 @@ class LoadedModel:
         cparams.n_outputs_max = opts.max_outputs
         if _has_recurrent_state(model):
             # Snapshots of the last positions of each batch (llama.cpp clamps this to 0 for the
-            # architectures it cannot roll back); they must fit in one micro-batch with the
-            # position before them.
-            cparams.n_rs_seq = min(opts.rs_snapshots, opts.n_batch - 1)
+            # architectures it cannot roll back); with the position before them they must fit
+            # in a micro-batch and leave room in it (llama.cpp asserts n_ubatch > n_rs_seq + 1),
+            # and a micro-batch is at most the context (a model trained on a tiny one).
+            cparams.n_rs_seq = max(0, min(opts.rs_snapshots, min(opts.n_batch, cparams.n_ctx) - 2))
         if self._may_sample_in_graph(n_gpu_layers):
             # llama.cpp's in-graph sampler handles this many rows per sequence (the default, 1,
             # would refuse a verify batch); only then: it makes every step a few percent slower.

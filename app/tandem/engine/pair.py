@@ -24,7 +24,7 @@ from .drafters import registry
 from .errors import ContextOverflowError, TandemError
 from .events import Event
 from .generation import check_request, generate
-from .gguf_file import read_gguf
+from .gguf_file import GGUFInfo, read_gguf
 from .model import LoadedModel
 from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .reasoning import ReasoningSplit, Thinking, thinking_variables
@@ -70,7 +70,18 @@ class ModelPair:
         target_path: str | os.PathLike[str],
         draft_path: str | os.PathLike[str] | None,
         options: LoadOptions | None = None,
+        *,
+        companions: Sequence[str | os.PathLike[str]] = (),
     ) -> ModelPair:
+        """Load the target and its draft (a draft model, or a trained drafter loaded beside it),
+        both checked first; any failure is a TandemError with one line.
+
+        `companions`: trained drafters found beside the target rather than named (draft_path is
+        None), tried in order. The first that loads drafts; one that fails (its header, or
+        llama.cpp refusing it) is skipped with a note (`notes`), and with none the target runs
+        alone: a bad file beside a good target never stops the target from being used."""
+        if companions and draft_path is not None:
+            raise ValueError("companions are tried only when no draft is named")
         opts = options or LoadOptions()
         t_info = read_gguf(target_path)
         refuse_as_target(t_info)
@@ -85,7 +96,7 @@ class ModelPair:
         elif d_info is not None:
             tokenizers = check_pair(t_info, d_info)
             d_info = d_info.without_vocab()
-        t_info = t_info.without_vocab()
+        t_full, t_info = t_info, t_info.without_vocab()  # (companions are checked against the vocabulary)
         # The target verifies up to K+1 tokens at once; the draft only ever needs its last row.
         # The draft also gets a smaller micro-batch: measured on CPU, its quantized prefill is no
         # faster at 256 than at 128 tokens, and 128 halves the compute buffer llama.cpp reserves.
@@ -109,11 +120,15 @@ class ModelPair:
                     role="draft",
                     info=d_info,
                 )
+            found = _attach_companion(target, t_full, [Path(c) for c in companions])
         except BaseException:
             if draft is not None:
                 draft.close()
             target.close()
             raise
+        if found.used is not None:
+            sidecar = found.used
+        target.notes.extend(found.notes)
         if draft is not None and tokenizers is not None and not tokenizers.same:
             draft.foreign_tokenizer = True
             draft.notes.append("draft: " + tokenizers.note(target.path.name, draft.path.name))
@@ -393,6 +408,34 @@ class ModelPair:
             costs=self.costs if costs is None else costs,
             lock=self._lock,
         )
+
+
+@dataclass
+class _Companions:
+    """What trying the companions gave: the header of the one attached (None: none), and a
+    note for each one skipped."""
+
+    used: GGUFInfo | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _attach_companion(target: LoadedModel, t_info: GGUFInfo, paths: Sequence[Path]) -> _Companions:
+    """Attach the first of `paths` (drafters found beside the target) that passes its checks
+    and loads; a note for each one that does not."""
+    out = _Companions()
+    for i, path in enumerate(paths):
+        try:
+            info = read_gguf(path)
+            check_sidecar(t_info, info)
+            registry.attach_sidecar(target, path, info)
+        except TandemError as exc:
+            rest = paths[i + 1 :]
+            then = f"trying {rest[0].name}" if rest else f"{target.path.name} runs without it"
+            out.notes.append(f"{path.name}, found beside {target.path.name}, is not used ({exc}): {then}")
+            continue
+        out.used = info
+        break
+    return out
 
 
 def _check_unicode(model: LoadedModel, text: str) -> None:

@@ -7,9 +7,13 @@
   browser sends one only when it connected to that address itself), this machine's host name,
   and the names given with --allow-host (a reverse proxy's, or `*` for any).
 * The body (BodyGuard): refused with a 413 beyond a limit, by its Content-Length before
-  anything is read, or as it arrives for a body sent without one (chunked); never read past the
-  limit. A body still arriving when the server stops is answered with a 503 at once, rather than
-  left to the shutdown's grace period and then cancelled.
+  anything of it is kept, or as it arrives for a body sent without one (chunked); never kept
+  past the limit. Many clients read the answer only once they have sent the whole body (Python's
+  http.client): a connection closed on unread data is reset by the kernel, and such a client
+  would never see the 413. So the refusal is sent at once, then up to DRAIN_BYTES more of the
+  body (for at most DRAIN_SECONDS) are read and dropped before the connection closes. A body
+  still arriving when the server stops is answered with a 503 at once, rather than left to the
+  shutdown's grace period and then cancelled.
 """
 
 from __future__ import annotations
@@ -142,6 +146,12 @@ def _stopping_error() -> ApiError:
     )
 
 
+# What a refused body may still cost before its connection closes: a client sending 120 MB
+# over a local link takes a fraction of a second; a gigabit link moves 256 MiB in about 2 s.
+DRAIN_BYTES = 256 << 20
+DRAIN_SECONDS = 5.0
+
+
 class BodyGuard:
     def __init__(self, app: ASGIApp, limit: int, stopping: Stopping) -> None:
         self.app = app
@@ -154,18 +164,18 @@ class BodyGuard:
             return
         length = _header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > self.limit:
-            await _closing(too_large(self.limit))(scope, receive, send)
+            await _refuse(too_large(self.limit), receive, send, self.stopping)
             return
         received = 0
         reading = True  # until the body has all arrived
         answered = False  # with our own error: what the app sends then is dropped
         started = False
 
-        async def answer(error: ApiError) -> Message:
+        async def answer(error: ApiError, *, drain: bool = True) -> Message:
             nonlocal answered
             answered = True
             if not started:
-                await _closing(error)(scope, receive, send)
+                await _refuse(error, receive, send, self.stopping, drain=drain and reading)
             return {"type": "http.disconnect"}  # what the app sees: the client went away
 
         async def guarded_receive() -> Message:
@@ -176,12 +186,12 @@ class BodyGuard:
                 return await receive()
             message = await _unless_stopping(receive, self.stopping)
             if message is None:
-                return await answer(_stopping_error())
+                return await answer(_stopping_error(), drain=False)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                reading = bool(message.get("more_body", False))
                 if received > self.limit:
                     return await answer(too_large(self.limit))
-                reading = bool(message.get("more_body", False))
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -195,11 +205,36 @@ class BodyGuard:
         await self.app(scope, guarded_receive, guarded_send)
 
 
-def _closing(error: ApiError) -> ASGIApp:
-    """The error's response, closing the connection (the rest of the request is not read)."""
+async def _refuse(
+    error: ApiError, receive: Receive, send: Send, stopping: Stopping, *, drain: bool = True
+) -> None:
+    """Send the error's response, closing the connection; with `drain`, first read and drop
+    what the client still sends of its body (a bounded amount), so that the close does not
+    reset the connection before the client has read the answer."""
     response = error.response()
     response.headers["connection"] = "close"
-    return response
+    await send(
+        {"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers}
+    )
+    await send({"type": "http.response.body", "body": response.body, "more_body": drain})
+    if not drain:
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(_discard(receive, DRAIN_BYTES, stopping), DRAIN_SECONDS)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _discard(receive: Receive, most: int, stopping: Stopping) -> None:
+    """Read and drop the request's body until it ends, `most` bytes have come, the client
+    leaves or the server stops."""
+    read = 0
+    while read < most:
+        message = await _unless_stopping(receive, stopping)
+        if message is None or message["type"] != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def _unless_stopping(receive: Receive, stopping: Stopping) -> Message | None:

@@ -150,6 +150,11 @@ class _Sampling(BaseModel):
 # ({"enable_thinking": false}). Small and simple: a template is code, and these are its input.
 MAX_TEMPLATE_KWARGS = 16
 MAX_TEMPLATE_KWARG_CHARS = 1024
+# What the request's own fields refuse cannot come in through the template's variables either.
+UNSUPPORTED_TEMPLATE_KWARGS = {
+    "tools": "'tools' (function calling) are not supported by tandem serve",
+    "functions": "'functions' (function calling) are not supported by tandem serve",
+}
 
 
 def _check_template_kwargs(v: Any) -> dict[str, Any] | None:
@@ -164,6 +169,8 @@ def _check_template_kwargs(v: Any) -> dict[str, Any] | None:
             raise ValueError(f"{str(key)[:64]!r} is not a variable name (letters, digits and _)")
         if key in RESERVED_VARIABLES:
             raise ValueError(f"{key!r} is set by the server and cannot be given")
+        if key in UNSUPPORTED_TEMPLATE_KWARGS:
+            raise ValueError(UNSUPPORTED_TEMPLATE_KWARGS[key])
         if value is not None and not isinstance(value, (bool, int, float, str)):
             raise ValueError(f"{key!r} must be a string, number, boolean or null")
         if isinstance(value, str) and len(value) > MAX_TEMPLATE_KWARG_CHARS:

@@ -22,6 +22,8 @@ from tandem.session.preflight import preflight
 
 if TYPE_CHECKING:
     from tandem.catalog.spec import ModelFile, PairSpec
+    from tandem.engine.config import LoadOptions
+    from tandem.engine.pair import ModelPair
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,15 @@ class PairRef:
     # How the draft was chosen when the user named none (a companion found beside the target),
     # in words a front-end may print; "" otherwise.
     found: str = field(default="", compare=False)
+    # The usable companions found beside the target when none was named, the draft first: they
+    # are tried in order when the pair loads, and none of them is needed (load_pair).
+    companions: tuple[Path, ...] = field(default=(), compare=False)
+    # Why the other companions found there are not used (their headers refused), as notes.
+    unused: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
         return cls(target, draft, spec.name, spec)
-
-    @property
-    def key(self) -> str:
-        """Identifies the pair in the files the app keeps (measured speeds)."""
-        draft = str(self.draft.resolve()) if self.draft is not None else ""
-        return f"{self.target.resolve()}|{draft}"
 
     @property
     def label(self) -> str:
@@ -183,14 +184,50 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
     if draft is None and (needs.use_draft or needs.need_heads) and not needs.need_draft:
         # No draft named: a drafter shipped beside the target drafts (auto, or the kind asked
         # for), as llama.cpp's downloader pairs `eagle3-*` and `mtp-*` files with their model.
-        from tandem.catalog import usable_companion
+        from tandem.catalog import companions_of
 
         kind = needs.need_sidecar or ("mtp" if needs.need_heads else None)
-        found = usable_companion(target, kind)
-        if found is not None:
-            note = f"drafting with {found.path.name}, the {found.label} found beside {target.name}"
-            return PairRef(target, found.path, found=note)
+        found = [c for c in companions_of(target) if kind in (None, c.kind)]
+        usable = [c for c in found if c.usable]
+        beside = f"found beside {target.name}"
+        unused = tuple(f"{c.path.name}, {beside}, is not used: {c.problem}" for c in found if not c.usable)
+        if usable:
+            first = usable[0]
+            note = f"drafting with {first.path.name}, the {first.label} found beside {target.name}"
+            paths = tuple(c.path for c in usable)
+            return PairRef(target, first.path, found=note, companions=paths, unused=unused)
+        return PairRef(target, None, unused=unused)
     return PairRef(target, draft)
+
+
+def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
+    """Load `ref`'s models. A draft the user named must load; companions found beside the
+    target are tried in order and skipped, each with a note, when llama.cpp refuses them (the
+    target then runs without them): a bad file beside a good target never stops it."""
+    from tandem.engine.pair import ModelPair
+
+    if ref.companions:
+        return ModelPair.load(ref.target, None, options, companions=ref.companions)
+    return ModelPair.load(ref.target, ref.draft, options)
+
+
+def as_loaded(ref: PairRef, pair: ModelPair) -> PairRef:
+    """`ref` as it loaded: with the companion that drafts as its draft (None: none of those
+    found could load), for what a front-end keeps (the app's last pair)."""
+    if not ref.companions:
+        return ref
+    return PairRef(ref.target, pair.draft_file, ref.name, ref.spec)
+
+
+def found_notes(ref: PairRef, pair: ModelPair) -> list[str]:
+    """Notes on the companions found beside the target: those whose headers were refused, and
+    the one that drafts (those llama.cpp refused are in the pair's own notes)."""
+    notes = list(ref.unused)
+    used = pair.draft_file
+    if ref.companions and used is not None:
+        other = f"drafting with {used.name}, found beside {ref.target.name}"
+        notes.append(ref.found if used == ref.draft else other)
+    return notes
 
 
 def _is_drafter_file(path: Path) -> bool:

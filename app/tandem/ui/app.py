@@ -23,9 +23,9 @@ from textual.screen import Screen
 
 from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.catalog.units import format_bytes
-from tandem.engine import GenerationConfig, ModelPair
+from tandem.engine import GenerationConfig
 from tandem.session.drafting import drafts_itself, trained_drafter
-from tandem.session.pairs import DraftNeeds, PairRef
+from tandem.session.pairs import DraftNeeds, PairRef, as_loaded, load_pair
 from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
 from tandem.ui.conversations import Conversation, ConversationStore
@@ -142,17 +142,18 @@ class TandemApp(App[None]):
         if old is not None:
             old.close()  # waits for a running job to notice its cancel flag
         try:
-            pair = ModelPair.load(ref.target, ref.draft, options)
+            pair = load_pair(ref, options)
         except Exception as exc:
             restored: LoadedPair | None = None
             if old is not None:
                 try:
-                    restored = LoadedPair(old.ref, ModelPair.load(old.ref.target, old.ref.draft, options))
+                    restored = LoadedPair(old.ref, load_pair(old.ref, options))
                 except Exception:
                     restored = None
             self.post_message(PairLoadFailed(ref, failure_text(exc), restored))
             return
-        self.post_message(PairLoaded(LoadedPair(ref, pair), time.perf_counter() - t0))
+        # (a companion that could not load was skipped: the pair kept is the one that loaded)
+        self.post_message(PairLoaded(LoadedPair(as_loaded(ref, pair), pair), time.perf_counter() - t0))
 
     def on_pair_loaded(self, message: PairLoaded) -> None:
         self.loading = None

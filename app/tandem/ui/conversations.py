@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from tandem.engine import ChatMessage, Origin
-from tandem.ui.storage import write_json
+from tandem.engine.small_files import read_small_text
+from tandem.ui.storage import MAX_CHAT_BYTES, write_json
 
 Role = Literal["user", "assistant"]
 _ORIGIN_CODE = {Origin.DRAFT: "d", Origin.TARGET: "t", Origin.BONUS: "b"}
@@ -303,13 +304,15 @@ class ConversationStore:
         """The conversation in `path`, or None: gone (deleted meanwhile), unreadable for now
         (recorded in `unreadable`, left in place) or damaged (set aside, recorded in `damaged`)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            # (a pipe, a link or a device in its place, or an oversized file, is damaged: never
+            # a hang or gigabytes read; small_files.py)
+            data = json.loads(read_small_text(path, MAX_CHAT_BYTES))
         except FileNotFoundError:
             return None
         except OSError as exc:
             self.unreadable.append((path, exc))
             return None
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond reason
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested beyond reason, no file
             data = None
         conv = Conversation.from_json(data)
         if conv is None:

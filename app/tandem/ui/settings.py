@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from tandem.engine import DrafterChoice, GenerationConfig, LoadOptions, SamplerSettings, TandemError
+from tandem.engine.small_files import UnusableFile, read_small_bytes, read_small_text
 from tandem.session.choices import Choices, generation_config, load_options
 from tandem.ui.storage import LOCK_TIMEOUT_S, atomic_write_text
 
@@ -35,6 +36,8 @@ _SAMPLER = SamplerSettings()
 # the user's choice, and are read as "not chosen" so that a catalog pair's own values apply.
 SETTINGS_VERSION = 2
 _UNVERSIONED_DEFAULTS = {"draft_max": 12, "n_ctx": 4096}
+# settings.toml holds a screenful of values; a larger file is not one the app wrote.
+MAX_SETTINGS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,12 @@ def load_settings(path: Path) -> tuple[Settings, list[str]]:
     saved: the user's hand edits are never silently lost."""
     notes: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path, MAX_SETTINGS_BYTES)  # (no pipe, link or device: small_files.py)
         data = tomllib.loads(text)
     except FileNotFoundError:
         return Settings(), notes
+    except UnusableFile as exc:  # (nothing to keep: reading it is the problem)
+        return Settings(), [f"{path} could not be read ({exc}); using the default settings"]
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         note = f"{path} could not be read ({exc}); using the default settings"
         return Settings(), [_keep_broken(path, note)]
@@ -192,8 +197,8 @@ def _line_of(text: str, key: str) -> int | str:
 def _keep_broken(path: Path, note: str) -> str:
     backup = path.with_name(path.name + ".broken")
     try:
-        backup.write_bytes(path.read_bytes())
-    except OSError:
+        backup.write_bytes(read_small_bytes(path, MAX_SETTINGS_BYTES))
+    except (OSError, ValueError):
         return note
     return f"{note} (your file is kept as {backup.name})"
 

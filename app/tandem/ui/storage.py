@@ -22,10 +22,16 @@ from typing import Any
 import platformdirs
 from filelock import FileLock
 
+from tandem.engine.small_files import read_small_text
+
 APP_NAME = "tandem"
 # The lock is held for one read and one small write (milliseconds); waiting longer than this
 # means the file system hangs, and the caller gets an OSError (filelock.Timeout is one).
 LOCK_TIMEOUT_S = 10.0
+# The state is a few KiB; a saved chat is its text and its colours
+# (a long one: a few MiB). Anything larger is not a file the app wrote.
+MAX_JSON_BYTES = 16 << 20
+MAX_CHAT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,11 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any | None:
     """The parsed file, or None when it is missing or unreadable. A damaged file never stops
-    the app; the caller decides how to keep it (conversations are moved aside as a backup)."""
+    the app; the caller decides how to keep it (conversations are moved aside as a backup).
+    A pipe, a link or a device in its place, or a file larger than MAX_JSON_BYTES, counts as
+    damaged (small_files.py): never a hang."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_small_text(path, MAX_JSON_BYTES))
     except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond reason
         return None
 
@@ -99,10 +107,10 @@ def update_json(path: Path, change: Callable[[Any], Any]) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
         try:
-            current = json.loads(path.read_text(encoding="utf-8"))
+            current = json.loads(read_small_text(path, MAX_JSON_BYTES))
         except FileNotFoundError:
             current = None
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested beyond reason, no file
             current = None
         new = change(current)
         write_json(path, new)
