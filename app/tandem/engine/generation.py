@@ -109,6 +109,9 @@ def _drive(
     # one more generator frame, and this loop runs once a token.)
     if lock is not None and not lock.acquire(blocking=False):
         raise TandemError("a generation is already running on this model pair")
+    # Exact output (exact.py): the target's decodes that are read use the reference kernels.
+    # Set under the lock: it is the target's state for this generation only.
+    target.exact = config.exact is True
     try:
         yield start
         base = GenerationStats(
@@ -229,6 +232,7 @@ def _drive(
         else:
             yield DoneEvent(stats, splitter.answer, splitter.reasoning)
     finally:
+        target.exact = False
         if lock is not None:
             lock.release()
 
