@@ -137,5 +137,7 @@ def stats_line(s: GenerationStats, baseline_tps: float | None = None) -> str:
         parts.append(f"speedup {s.decode_tokens_per_s / baseline_tps:.2f}x")
     if s.device:
         parts.append(f"on {s.device}")  # where the target ran: the CPU, or which GPU
+    if s.exact:
+        parts.append("exact")  # every verified row computed as the target alone computes it
     parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")
     return " · ".join(parts)

@@ -121,6 +121,7 @@ def _drive(
             drafter=start.drafter,
             prompt_tokens=len(prompt),
             device=target.device_label,
+            exact=target.exact,
         )
         if config.reasoning is None:
             stream = TokenStream(target.piece, config.stop, target.texts)
