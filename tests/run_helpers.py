@@ -38,10 +38,12 @@ def run(
     adaptive: bool = False,
     drafter: str = "model",
     costs: CostModel | None = None,
+    exact: bool | None = None,
 ) -> Run:
     """One generation. K is fixed unless adaptive=True, so tests control the paths taken.
 
-    `costs`: what adaptive drafting starts from (default: what the pair learnt so far)."""
+    `costs`: what adaptive drafting starts from (default: what the pair learnt so far).
+    `exact`: GenerationConfig.exact (None: wherever the target allows it)."""
     cfg = GenerationConfig(
         max_tokens=max_tokens,
         draft_max=draft_max,
@@ -50,6 +52,7 @@ def run(
         p_min=p_min,
         sampler=SamplerSettings(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         stop=stop,
+        exact=exact,
     )
 
     def after_round(out: Outcome) -> None:

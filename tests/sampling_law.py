@@ -32,6 +32,39 @@ def exact_joint(
     return joint
 
 
+def stepwise_joint(
+    pair: ModelPair, prompt: list[int], settings: SamplerSettings, n_tokens: int, *, exact: bool
+) -> dict[tuple[int, ...], float]:
+    """P(t1 .. tn) as the target alone computes it in a generation: the prompt but its last token
+    prefilled, then one token at a time (`exact`: with the kernels an exact generation uses).
+    exact_joint's single batch per branch rounds like a prefill, which on K-quant models is
+    up to 0.5 logits away from this (docs/benchmarks.md, "Exact output")."""
+    target = pair.target
+    assert target.exact_plan.possible or not exact, target.exact_plan.why_not  # (binds its kernels)
+    target.reset()
+    target.decode(prompt[:-1], "none")
+    base = len(target.cached)
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    target.exact = exact
+    try:
+        for _ in range(n_tokens):
+            nxt: dict[tuple[int, ...], float] = {}
+            for seq, prob in joint.items():
+                target.truncate(base)
+                for tok in [prompt[-1], *seq]:
+                    logits = target.decode([tok], "last")
+                assert logits is not None
+                dist = distribution(logits[0], settings)
+                assert dist.ids is not None
+                for tok, p in zip(dist.ids.tolist(), dist.probs.tolist(), strict=True):
+                    assert not target.is_eog(tok), "pick a prompt whose continuations never end"
+                    nxt[(*seq, tok)] = prob * p
+            joint = nxt
+    finally:
+        target.exact = False
+    return joint
+
+
 def chi_square_p(joint: dict[tuple[int, ...], float], counts: Counter[tuple[int, ...]]) -> float:
     n = sum(counts.values())
     if not set(counts) <= set(joint):

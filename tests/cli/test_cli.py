@@ -139,7 +139,17 @@ def test_raw_prompt_and_sampling(
 
 @pytest.mark.parametrize(
     "case",
-    ["missing", "not-gguf", "truncated", "incompatible", "no-draft", "empty-prompt", "bad-k", "unknown-arch"],
+    [
+        "missing",
+        "not-gguf",
+        "truncated",
+        "incompatible",
+        "no-draft",
+        "empty-prompt",
+        "bad-k",
+        "unknown-arch",
+        "exact-impossible",
+    ],
 )
 def test_bad_input_is_one_line_and_nonzero(
     case: str, smollm2_f16: Path, smollm2_q4_1: Path, tmp_path: Path
@@ -164,6 +174,8 @@ def test_bad_input_is_one_line_and_nonzero(
         prompt, expect = "   ", "prompt is empty"
     elif case == "bad-k":
         extra, expect = ["--draft-max", "99"], "K (draft max) must be between"  # the app's words too
+    elif case == "exact-impossible":  # an F16 target: llamafile's sgemm rounds batches its own way
+        extra, expect = ["--exact"], "exact output is not possible here: the target has float weight matrices"
     elif case == "unknown-arch":
         target = draft = str(model_files.tiny_model("alien-arch", seed=4, arch="fancy-new-arch"))
         expect = "does not support the 'fancy-new-arch' architecture"

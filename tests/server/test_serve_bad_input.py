@@ -69,6 +69,9 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], int, str | None]] = [
     ("several choices", "/v1/chat/completions", {"messages": HI, "n": 3}, 400, "n"),
     ("tools", "/v1/chat/completions", {"messages": HI, "tools": [{"type": "function"}]}, 400, "tools"),
     ("a penalty", "/v1/chat/completions", {"messages": HI, "presence_penalty": 1.0}, 400, "presence_penalty"),
+    ("exact not a bool", "/v1/chat/completions", {"messages": HI, "exact": "yes"}, 400, "exact"),
+    # The tiny models' F32 matrices cannot be exact: asked for, it is refused with the reason.
+    ("exact where impossible", "/v1/chat/completions", {"messages": HI, "exact": True}, 400, None),
     ("unknown model", "/v1/chat/completions", {"model": "gpt-9", "messages": HI}, 404, "model"),
     ("missing prompt", "/v1/completions", {"max_tokens": 5}, 400, "prompt"),
     ("empty prompt", "/v1/completions", {"prompt": ""}, 400, "prompt"),
@@ -88,6 +91,20 @@ def test_each_bad_request_gets_its_error_and_the_server_goes_on(tiny_pair: Model
             ok, after = request(served, "POST", "/v1/chat/completions", {"messages": HI, "max_tokens": 3})
             assert ok == 200, (name, after)
             assert after["usage"]["completion_tokens"] == 3
+
+
+def test_exact_output_where_it_is_impossible_is_refused_only_when_required(tiny_pair: ModelPair) -> None:
+    with serving(tiny_pair) as served:
+        status, answer = request(served, "POST", "/v1/chat/completions", {"messages": HI, "exact": True})
+        assert status == 400
+        assert answer["error"]["message"].startswith(
+            "exact output is not possible here: the target has float"
+        )
+        for asked in ({}, {"exact": False}):  # left to the server (where possible), or off
+            status, answer = request(
+                served, "POST", "/v1/chat/completions", {"messages": HI, "max_tokens": 3, **asked}
+            )
+            assert status == 200 and answer["usage"]["tandem"]["exact"] is False
 
 
 def test_a_prompt_over_the_context_is_refused_by_name(tiny_pair: ModelPair) -> None:
@@ -195,7 +212,14 @@ def test_a_port_in_use_is_one_line(tiny_target: Path) -> None:
     )
 
 
-@pytest.mark.parametrize(("args", "message"), [(["--port", "70000"], "port"), (["--queue", "-1"], "queue")])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "70000"], "port"),
+        (["--queue", "-1"], "queue"),
+        (["--port", "0", "--exact"], "exact output is not possible here"),  # (F32 weights), at start
+    ],
+)
 def test_bad_server_options_are_one_line(tiny_target: Path, args: list[str], message: str) -> None:
     proc = _serve_process(tiny_target, *args)
     _, err = proc.communicate(timeout=60)

@@ -116,6 +116,7 @@ def build_report(
                 "drafter": s.config.drafter,
                 "adaptive": s.config.adaptive,
                 "draft_max": s.config.draft_max,
+                "exact": s.config.exact,  # as asked (each run's record says as run)
             }
             for s in settings
         },

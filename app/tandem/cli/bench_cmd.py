@@ -27,6 +27,7 @@ from tandem.cli.process import peak_rss_bytes
 from tandem.engine import TandemError
 from tandem.engine.costs import mean_costs, measure_costs
 from tandem.session.choices import generation_config, load_options
+from tandem.session.drafting import exact_note
 from tandem.session.pairs import DraftNeeds, load_pair, resolve_pair
 from tandem.session.prompts import pair_notes, text_prompt
 
@@ -84,6 +85,9 @@ def bench(opts: BenchOptions) -> int:
     settings = parse_settings(opts.compare, base)
     with load_pair(ref, load_options(opts.choices, ref.spec)) as pair:
         for note in pair_notes(pair, raw=opts.raw):
+            print(f"note: {note}", file=sys.stderr)
+        # (--exact where the target cannot give it is refused here; a K exactness caps, said once)
+        for note in dict.fromkeys(filter(None, (exact_note(pair, s.config) for s in settings))):
             print(f"note: {note}", file=sys.stderr)
         encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]
         k_top = max(s.config.k_max for s in settings)

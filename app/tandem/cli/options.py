@@ -141,6 +141,26 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None
         action="store_false",
         help="draft exactly K tokens every round instead of choosing K from measured speed",
     )
+    exact = g.add_mutually_exclusive_group()
+    exact.add_argument(
+        "--exact",
+        dest="exact",
+        action="store_const",
+        const=True,
+        default=None,
+        help="require output bit-identical to the target alone's: verified rows are computed as the "
+        "target computes them one at a time (CPU, quantized weights; K at most 2 where the weights "
+        "are repacked); refused, saying why, where that is not possible. Default: exact wherever "
+        "the target allows it",
+    )
+    exact.add_argument(
+        "--no-exact",
+        dest="exact",
+        action="store_const",
+        const=False,
+        help="verify with llama.cpp's fastest kernels: the output may differ from the target alone's "
+        "at near-ties (its batched rows round differently)",
+    )
     g.add_argument(
         "--p-min",
         type=float,
@@ -269,6 +289,7 @@ def _choices(args: argparse.Namespace) -> Choices:
         n_threads=args.threads,
         rpc_servers=_servers(args.rpc) or (),
         think=getattr(args, "think", None),
+        exact=args.exact,
     )
 
 

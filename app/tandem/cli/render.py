@@ -143,5 +143,7 @@ def stats_line(s: GenerationStats) -> str:
         parts.append(speedup_text(s))
     if s.device:
         parts.append(f"on {s.device}")  # where the target ran: the CPU, or which GPU
+    if s.exact:
+        parts.append("exact")  # every verified row computed as the target alone computes it
     parts.append(f"stop: {s.stop_reason.replace('_', ' ')}")
     return " · ".join(parts)

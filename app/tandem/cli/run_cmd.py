@@ -20,7 +20,7 @@ from tandem.cli.render import TokenWriter, legend, stats_line
 from tandem.engine import TandemError
 from tandem.session.choices import generation_config, load_options
 from tandem.session.collect import collect, outcome_json
-from tandem.session.drafting import no_draft_note
+from tandem.session.drafting import exact_note, no_draft_note
 from tandem.session.pairs import DraftNeeds, found_notes, load_pair, resolve_pair
 from tandem.session.prompts import (
     build_text,
@@ -98,12 +98,15 @@ def run(opts: RunOptions) -> int:
     colour = opts.color == "always" or (opts.color == "auto" and sys.stdout.isatty())
 
     with load_pair(ref, load_options(choices, ref.spec)) as pair:
+        exact = exact_note(pair, cfg)  # (refused first, in one line, where --exact cannot be)
         for note in pair_notes(pair, raw=opts.raw):
             print(f"note: {note}", file=sys.stderr)
         for note in found_notes(ref, pair):
             print(f"note: {note}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
+        if exact and speculative and not opts.json:
+            print(f"note: {exact}", file=sys.stderr)
         chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)
         prompt, cfg = chat.tokens, with_reasoning(cfg, chat)
         if not opts.raw:
@@ -134,6 +137,7 @@ def run(opts: RunOptions) -> int:
                 "p_min": cfg.p_min,
                 "context": pair.context_size,
                 "think": choices.think,  # null: the model's default
+                "exact": out.stats.exact,  # (as run: `--exact` where the target allows it)
             }
             files = [pair.target] + ([pair.draft] if pair.draft else [])
             result["memory"] = {

@@ -15,7 +15,7 @@ from tandem.cli.options import (
     serve_options,
 )
 from tandem.engine import TandemError
-from tandem.session.choices import load_options
+from tandem.session.choices import generation_config, load_options
 from tandem.session.drafting import drafted_by
 from tandem.session.pairs import DraftNeeds, PairRef, found_notes, load_pair, resolve_pair
 from tandem.session.prompts import pair_notes
@@ -108,6 +108,8 @@ def serve(opts: ServeOptions) -> int:
     sock = bind(opts.host, opts.port)  # before loading: a port in use is found at once
     try:
         with load_pair(ref, load_options(choices, ref.spec)) as pair:
+            # --exact where the target cannot give it: refused now, not on every request.
+            pair.exact_config(generation_config(choices, ref.spec))
             for note in pair_notes(pair, raw_hint=False):
                 print(f"note: {note}", file=sys.stderr)
             for note in found_notes(ref, pair):

@@ -54,6 +54,12 @@ class GenerationConfig:
     drafter: DrafterChoice = "auto"
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     stop: tuple[str, ...] = ()
+    # Exact output (exact.py): the target computes each verified row as it computes it alone,
+    # so the output is bit-identical to the target alone's (on the CPU, with quantized weights;
+    # K is capped at 2 where its weights are repacked). None: wherever the target allows it
+    # (measured to cost nothing here: docs/benchmarks.md); True: required (refused, saying
+    # why, where it is not possible); False: off.
+    exact: bool | None = None
     # How the output splits into a thinking model's reasoning and its answer: the prompt's
     # (ChatPrompt.reasoning). None: all of it is the answer (a model that does not think, a
     # raw prompt).

@@ -110,6 +110,9 @@ def _drive(
     # one more generator frame, and this loop runs once a token.)
     if lock is not None and not lock.acquire(blocking=False):
         raise TandemError("a generation is already running on this model pair")
+    # Exact output (exact.py): the target's decodes that are read use the reference kernels.
+    # Set under the lock: it is the target's state for this generation only.
+    target.exact = config.exact is True
     try:
         yield start
         base = GenerationStats(
@@ -119,6 +122,7 @@ def _drive(
             drafter=start.drafter,
             prompt_tokens=len(prompt),
             device=target.device_label,
+            exact=target.exact,
         )
         if config.reasoning is None:
             stream = TokenStream(target.piece, config.stop, target.texts)
@@ -254,6 +258,7 @@ def _drive(
         else:
             yield DoneEvent(stats, splitter.answer, splitter.reasoning)
     finally:
+        target.exact = False
         if lock is not None:
             lock.release()
 

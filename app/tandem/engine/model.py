@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import devices, hidden_rows, llama_log, rpc, threads
+from . import devices, exact, hidden_rows, llama_log, rpc, threads
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
 from .gguf_file import GGUFInfo, read_gguf
@@ -193,6 +193,11 @@ class LoadedModel:
         self._logits_address: int | None = None
         self._logits_view: npt.NDArray[np.float32] = np.zeros((0, self.n_vocab), dtype=np.float32)
         self._alloc_batch(max(self.n_batch, opts.max_outputs))
+        # Exact output (exact.py): this generation asks for it, so the decodes whose rows are
+        # read run ggml's reference kernels (generation.py sets it; prefill stays fast).
+        self.exact = False
+        self._exact_plan: exact.ExactPlan | None = None
+        self._reference: exact.ReferenceKernels | None = None  # bound with the plan
         # Told of every decode (DecodeListener); attached after loading (pair.py asks each drafter
         # kind whether it follows the target's decodes).
         self.listeners: list[DecodeListener] = []
@@ -298,6 +303,7 @@ class LoadedModel:
             b.seq_id[i][0] = 0
 
     def close(self) -> None:
+        self._reference = None
         for listener in getattr(self, "listeners", ()):
             listener.close()  # (a context over this model's weights: freed before them)
         self.listeners = []
@@ -340,6 +346,27 @@ class LoadedModel:
     def mtp_layers_in_file(self) -> int:
         """How many multi-token-prediction blocks the GGUF carries (0: none)."""
         return self.info.mtp_layers
+
+    @property
+    def exact_plan(self) -> exact.ExactPlan:
+        """Whether this model's output can be exact (every row of a batch as a one-token
+        decode computes it), and the largest batch that keeps it: found on first use."""
+        if self._exact_plan is None:
+            self._exact_plan = self._plan_exactness()
+        return self._exact_plan
+
+    def _plan_exactness(self) -> exact.ExactPlan:
+        if not exact.available():
+            return exact.ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
+        self._reference = ref = exact.ReferenceKernels(self.ctx)
+        return exact.plan(
+            backends=ref.backends,
+            cpu_backends=ref.cpu_backends,
+            flash_attn_off=self.options.flash_attn_type == 0,
+            recurrent=self.recurrent,
+            float_matrices=exact.float_matrices(self.info),
+            buffers=exact.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
+        )
 
     @property
     def size_bytes(self) -> int:
@@ -645,6 +672,9 @@ class LoadedModel:
             )
         if outputs == "all" and n > self.options.max_outputs:
             raise ValueError(f"asked for {n} logits rows, the context allows {self.options.max_outputs}")
+        ref = self._reference
+        if ref is not None and (self.exact or ref.on):
+            ref.set(self.exact and outputs != "none")  # (a prefill keeps the fast kernels)
         step = self.n_batch
         b = self._batch
         for chunk_start in range(0, n, step):

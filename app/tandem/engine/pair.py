@@ -379,7 +379,21 @@ class ModelPair:
         """Raise what `generate` would refuse for this prompt and config (TandemError;
         ContextOverflowError when the prompt does not fit), without generating: for a caller
         that must answer before the pair is free (the server, while another answer runs)."""
-        check_request(self.target, self.draft, prompt, config, speculative=speculative)
+        check_request(self.target, self.draft, prompt, self.exact_config(config), speculative=speculative)
+
+    def exact_config(self, config: GenerationConfig) -> GenerationConfig:
+        """`config` as it runs on this pair: `exact` resolved (None: wherever the target allows
+        it), and K capped to the verify batch exactness allows (exact.py). Exact output asked
+        for (True) where it is not possible is refused with the reason (TandemError)."""
+        if config.exact is False:
+            return config
+        plan = self.target.exact_plan
+        if not plan.possible:
+            if config.exact:
+                raise TandemError(f"exact output is not possible here: {plan.why_not}")
+            return replace(config, exact=False)
+        k = plan.k_max(config.k_max)
+        return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
 
     def generate(
         self,
@@ -402,7 +416,7 @@ class ModelPair:
             self.target,
             self.draft,
             prompt,
-            config,
+            self.exact_config(config),
             speculative=speculative,
             cancel=cancel,
             costs=self.costs if costs is None else costs,

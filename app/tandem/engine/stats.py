@@ -78,6 +78,9 @@ class GenerationStats(KindRounds):
     llama_s: float = 0.0  # of decode_s, time inside llama_decode (both models)
     # Where the target's layers ran (LoadedModel.device_label): "CPU", "CUDA0 (NVIDIA …)"...
     device: str = ""
+    # Whether the target computed every row it verified as it computes it alone (exact.py):
+    # the output is then bit-identical to the target alone's in the same mode.
+    exact: bool = False
     stop_reason: StopReason = "max_tokens"
     # Of the above, the reasoning's share (a thinking model's; all 0 for the others): its
     # tokens, the drafts proposed and accepted in rounds that started in it, and those rounds'
@@ -281,4 +284,5 @@ _BASE_FIELDS = (
     "prefill_tokens",
     "prefill_s",
     "device",
+    "exact",
 )

@@ -92,6 +92,10 @@ class _Sampling(BaseModel):
     stop: Any = None  # a string or a list of strings
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # Tandem's own: output bit-identical to the target alone's (`tandem run --exact`): true
+    # requires it (refused with the reason where it is not possible), false turns it off; left
+    # out, the server's choice (by default: wherever the target allows it).
+    exact: bool | None = None
     # Refused unless they ask for nothing (see the module's docstring).
     n: int | None = None
     logprobs: Any = None
@@ -142,7 +146,11 @@ class _Sampling(BaseModel):
         stop = base.stop if self.stop is None else tuple(self.stop)
         limit = max_tokens if max_tokens is not None else self.max_tokens
         return replace(
-            base, sampler=sampler, stop=stop, max_tokens=limit if limit is not None else base.max_tokens
+            base,
+            sampler=sampler,
+            stop=stop,
+            max_tokens=limit if limit is not None else base.max_tokens,
+            exact=base.exact if self.exact is None else self.exact,
         )
 
 

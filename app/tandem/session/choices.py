@@ -37,6 +37,9 @@ class Choices:
     n_threads: int | None = None
     # rpc-server endpoints for the target (HOST:PORT each); empty: it runs on this machine.
     rpc_servers: tuple[str, ...] = ()
+    # Exact output (GenerationConfig.exact): None wherever the target allows it, True required,
+    # False off.
+    exact: bool | None = None
     # A thinking model: think (True) or not (False) where its chat template has a switch;
     # None: the model's default. Used when the prompt is built (prompts.py), not by the engine.
     think: bool | None = None
@@ -50,7 +53,9 @@ class Choices:
 
 
 def generation_config(c: Choices, pair: PairSpec | None = None) -> GenerationConfig:
-    cfg = GenerationConfig(adaptive=c.adaptive, drafter=c.drafter, sampler=c.sampler, stop=c.stop)
+    cfg = GenerationConfig(
+        adaptive=c.adaptive, drafter=c.drafter, sampler=c.sampler, stop=c.stop, exact=c.exact
+    )
     if c.max_tokens is not None:
         cfg = replace(cfg, max_tokens=c.max_tokens)
     draft_max = c.draft_max

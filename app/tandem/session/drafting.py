@@ -1,10 +1,10 @@
 """Who drafts for a loaded pair, in words the front-ends print: each drafter kind's own words
-(drafters/registry.py), or a mix when the drafter is auto."""
+(drafters/registry.py), or a mix when the drafter is auto; and what exact output changes."""
 
 from __future__ import annotations
 
 from tandem.engine import ModelPair
-from tandem.engine.config import DrafterChoice
+from tandem.engine.config import DrafterChoice, GenerationConfig
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
 
@@ -58,3 +58,17 @@ def trained_drafter(pair: ModelPair) -> str | None:
     its draft file is one (EAGLE-3, DFlash); None otherwise."""
     kinds = [s for s in registry.offered(pair.target, None) if s.needs is Needs.SIDECAR]
     return kinds[0].phrase(pair.target, None) if kinds else None
+
+
+def exact_note(pair: ModelPair, config: GenerationConfig) -> str | None:
+    """What exact output changes in this generation that the user asked for otherwise: a K
+    above what the target's repacked weights allow (TandemError where exactness was required
+    and is not possible, as `ModelPair.generate` would raise)."""
+    ran = pair.exact_config(config)
+    if not ran.exact or config.draft_max is None or ran.k_max >= config.draft_max:
+        return None
+    return (
+        f"exact output drafts at most K={ran.k_max} on this target: its weights are repacked for this "
+        f"CPU, and only batches of up to {ran.k_max + 1} tokens are computed as the target alone "
+        f"computes them (--no-exact drafts up to {config.draft_max})"
+    )

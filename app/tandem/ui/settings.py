@@ -48,6 +48,9 @@ class Settings:
     # Drafting: K (None: the pair's draft_max, else 12 adaptive / 5 fixed), adaptive K.
     draft_max: int | None = None
     adaptive: bool = True
+    # Exact output (GenerationConfig.exact): on, wherever the target allows it (the CPU, a
+    # quantized target; nothing is refused where it does not); off: llama.cpp's fastest kernels.
+    exact: bool = True
     # Who drafts: the draft model, prompt lookup (continue text found earlier in the context),
     # the target's own draft heads (mtp), or auto: each round whichever of those the pair has
     # promises more tokens per second.
@@ -90,6 +93,7 @@ class Settings:
             n_threads=self.n_threads,
             rpc_servers=tuple(s.strip() for s in self.rpc_servers.split(",") if s.strip()),
             think=self.think,
+            exact=None if self.exact else False,
         )
 
     def validate(self) -> None:
@@ -115,6 +119,7 @@ class Settings:
 _TYPES: dict[str, tuple[type, ...]] = {
     "draft_max": (int,),
     "adaptive": (bool,),
+    "exact": (bool,),
     "drafter": (str,),
     "temperature": (float, int),
     "top_k": (int,),

@@ -32,6 +32,7 @@ FIELDS: list[tuple[str, str, str, str]] = [
         f"adaptive / {FIXED_K} fixed",
     ),
     ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
+    ("exact", "Exact output", "switch", "on: bit-identical to the target alone where possible (CPU)"),
     ("drafter", "Drafter", "select", "model, lookup, the target's own heads (MTP), or auto: the fastest"),
     ("temperature", "Temperature", "number", "0 = greedy: the output is then exactly reproducible"),
     ("top_p", "Top-p", "number", "nucleus sampling, (0, 1]; 1 = off"),

@@ -1,0 +1,219 @@
+"""Exact output on the CPU: every row of a verify batch bit-identical to a one-token decode.
+
+llama.cpp's CPU backend picks its kernels by batch size, so the logits of a position computed
+in the target's verify batch `[last, d1..dK]` can differ from the same position decoded alone
+(by up to 0.5 in logit on Qwen2.5-Coder Q4_K_M), and at a near-tie the argmax flips: greedy
+speculative output then differs from the target alone. Measured per op and per type on the
+vendored ggml (docs/benchmarks.md, "Exact output"), a row depends on its batch through:
+
+* the tiled K-quant/IQ matmul (ggml-cpu/tiled), taken for 8 rows or more;
+* weights repacked for this CPU (the CPU_REPACK buffer: Q4_0, Q4_K, IQ4_NL... on x86): groups of
+  4 rows go through a gemm, fewer than 4 through the gemv a one-token decode uses;
+* flash attention for a single query over 512 cells or more (split over the KV length);
+* F16/BF16/F32 weight matrices (llamafile's sgemm for 2 rows or more; a build option);
+* attention without flash attention (its F16 K·Q product goes through that sgemm).
+
+ggml's `use_ref` switch on a CPU backend (reference kernels: no tiling, no split KV, no
+fusion) removes the first and the third, and costs nothing at one row; it is set only for the
+decodes whose rows are read (prefill keeps the fast kernels: both runs prefill alike). Repacked
+weights stay exact while a batch has at most 3 rows (ggml-cpu/repack.cpp: "more than three
+rows: gemm"), so K is capped at 2 there. The last two cannot be reached from here: such a target
+is not exact (`ExactPlan.why_not` says why), nor is one on a GPU, whose backends choose kernels
+by batch size too and have no reference switch.
+
+llama.cpp exposes neither the context's backends nor where a weight went, so two C++ accessors
+are bound by their Itanium-mangled names (as hidden_rows.py does): llama_context::get_sched and
+llama_model::get_tensor; the rest is ggml's C API and the CPU registry's `use_ref` setter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .gguf_info import GGUFInfo
+from .llama_lib import llama_cpp
+
+# Rows a repacked weight still multiplies one at a time (its gemv): ggml-cpu/repack.cpp.
+REPACK_GEMV_ROWS = 3
+
+# Where ggml keeps weights it multiplies with its ordinary kernels (CPU_Mapped: a mmap'd file).
+PLAIN_BUFFERS = frozenset({"CPU", "CPU_Mapped"})
+REPACK_BUFFER = "CPU_REPACK"
+
+# ggml types of float weights (ggml.h): F32 0, F16 1, BF16 30.
+FLOAT_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
+# Float tensors that are not multiplied as matrices: norms, convolutions and state-space
+# parameters, rotary factors, position tables (and the token embeddings, looked up by row,
+# unless they double as the output head: see float_matrices).
+_NOT_MATMUL = ("norm", "conv", "ssm_a", "ssm_d", "ssm_dt", "rope", "pos_embd", "position_embd")
+
+
+@dataclass(frozen=True)
+class ExactPlan:
+    """Whether a target's output can be exact, and the largest verify batch that keeps it.
+
+    rows: the most rows one verify batch may have (None: any); why_not: None when exact output
+    is possible, else the reason, in words that follow "exact output is not possible here: "."""
+
+    rows: int | None = None
+    why_not: str | None = None
+
+    @property
+    def possible(self) -> bool:
+        return self.why_not is None
+
+    def k_max(self, k: int) -> int:
+        """The most drafts per round under this plan, asked for at most k."""
+        return k if self.rows is None else min(k, self.rows - 1)
+
+
+def plan(
+    *,
+    backends: Sequence[str],
+    cpu_backends: int,
+    flash_attn_off: bool,
+    recurrent: bool,
+    float_matrices: Sequence[str],
+    buffers: Iterable[str],
+) -> ExactPlan:
+    """What exactness needs on a target, from what is known of it: its context's backends (and
+    how many of them are CPU backends `use_ref` reaches), whether flash attention was turned
+    off, whether it is recurrent, its float weight matrices, the buffer types of its weights."""
+    gpus = [b for b in backends if b != "CPU"]
+    if gpus:
+        return ExactPlan(
+            why_not=f"the target runs with {', '.join(gpus)}, whose kernels depend on the batch size "
+            "(exact output is for targets on the CPU)"
+        )
+    if cpu_backends == 0:
+        return ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
+    if flash_attn_off:
+        return ExactPlan(
+            why_not="flash attention is off (TANDEM_FLASH_ATTN=off), and attention without it "
+            "depends on the batch size"
+        )
+    if recurrent:
+        return ExactPlan(
+            why_not="the target has a recurrent state, which Tandem has not measured for exactness"
+        )
+    if float_matrices:
+        shown = ", ".join(float_matrices[:2]) + (
+            f" and {len(float_matrices) - 2} more" if len(float_matrices) > 2 else ""
+        )
+        return ExactPlan(
+            why_not=f"the target has float weight matrices ({shown}), which llama.cpp multiplies "
+            "with other kernels in a batch (llamafile's sgemm); a quantized file (Q4_K_M, Q8_0...) is exact"
+        )
+    found = set(buffers)
+    unknown = sorted(found - PLAIN_BUFFERS - {REPACK_BUFFER})
+    if unknown:
+        return ExactPlan(
+            why_not=f"the target's weights sit in {', '.join(unknown)} buffers, whose kernels Tandem "
+            "has not measured for exactness"
+        )
+    return ExactPlan(rows=REPACK_GEMV_ROWS if REPACK_BUFFER in found else None)
+
+
+def float_matrices(info: GGUFInfo) -> list[str]:
+    """The weight matrices stored as F16, BF16 or F32 that llama.cpp multiplies as matrices."""
+    names = {t.name for t in info.tensors}
+    tied = "output.weight" not in names  # the token embeddings double as the output head
+    found = []
+    for t in info.tensors:
+        if t.ggml_type not in FLOAT_TYPES or sum(d > 1 for d in t.shape) < 2:
+            continue
+        if t.name == "token_embd.weight" and not tied:
+            continue
+        if any(word in t.name for word in _NOT_MATMUL):
+            continue
+        found.append(t.name)
+    return found
+
+
+# ---------------------------------------------------------------------------------- bindings
+_p = ctypes.c_void_p
+_lib: Any = llama_cpp._lib
+
+
+def _c(name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """A binding of our own to a symbol of libllama or the ggml libraries; None when missing."""
+    try:
+        f = _lib[name]  # (dlsym on libllama's handle also searches the ggml libraries it links)
+    except AttributeError:
+        return None
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+# (C++ members: `this` is the first argument; Itanium names, so not on Windows: not available)
+_get_sched = _c("_ZNK13llama_context9get_schedEv", _p, [_p])
+_get_tensor = _c("_ZNK11llama_model10get_tensorEPKc", _p, [_p, ctypes.c_char_p])
+_sched_n_backends = _c("ggml_backend_sched_get_n_backends", ctypes.c_int, [_p])
+_sched_backend = _c("ggml_backend_sched_get_backend", _p, [_p, ctypes.c_int])
+_backend_device = _c("ggml_backend_get_device", _p, [_p])
+_backend_name = _c("ggml_backend_name", ctypes.c_char_p, [_p])
+_dev_type = _c("ggml_backend_dev_type", ctypes.c_int, [_p])
+_dev_reg = _c("ggml_backend_dev_backend_reg", _p, [_p])
+_reg_proc = _c("ggml_backend_reg_get_proc_address", _p, [_p, ctypes.c_char_p])
+_buffer_type = _c("ggml_backend_buffer_get_type", _p, [_p])
+_buft_name = _c("ggml_backend_buft_name", ctypes.c_char_p, [_p])
+_SET_USE_REF = ctypes.CFUNCTYPE(None, _p, ctypes.c_bool)
+_DEV_CPU = 0  # enum ggml_backend_dev_type
+
+_BINDINGS: tuple[Any, ...] = (_get_sched, _get_tensor, _sched_n_backends, _sched_backend, _backend_device)
+_BINDINGS += (_backend_name, _dev_type, _dev_reg, _reg_proc, _buffer_type, _buft_name)
+
+
+def available() -> bool:
+    """Whether this llama.cpp build has every call exactness needs."""
+    return all(f is not None for f in _BINDINGS)
+
+
+class ReferenceKernels:
+    """The CPU backends of one llama_context, and ggml's `use_ref` switch on them."""
+
+    def __init__(self, ctx: int) -> None:
+        self.backends: list[str] = []  # every backend's name ("CPU", "CUDA0"...)
+        self._cpu: list[tuple[Any, int]] = []  # (use_ref setter, backend) per CPU backend
+        self.on = False
+        sched = _get_sched(ctx)
+        for i in range(_sched_n_backends(sched)):
+            backend = _sched_backend(sched, i)
+            device = _backend_device(backend)
+            if device and _dev_type(device) == _DEV_CPU:
+                self.backends.append("CPU")
+                address = _reg_proc(_dev_reg(device), b"ggml_backend_cpu_set_use_ref")
+                if address:
+                    self._cpu.append((_SET_USE_REF(address), backend))
+            else:
+                self.backends.append((_backend_name(backend) or b"?").decode())
+
+    @property
+    def cpu_backends(self) -> int:
+        return len(self._cpu)
+
+    def set(self, on: bool) -> None:
+        """Reference kernels on or off (read at the next graph computation: no rebuild)."""
+        if on != self.on:
+            for setter, backend in self._cpu:
+                setter(backend, on)
+            self.on = on
+
+
+def weight_buffers(model: int, names: Iterable[str]) -> set[str]:
+    """The buffer types that hold the named tensors of a loaded llama_model ("CPU_Mapped",
+    "CPU_REPACK", "CUDA0"...)."""
+    found = set()
+    for name in names:
+        tensor = _get_tensor(model, name.encode())
+        if not tensor:
+            continue
+        # struct ggml_tensor begins { enum ggml_type type; struct ggml_backend_buffer * buffer; }
+        buffer = _p.from_address(tensor + ctypes.sizeof(_p)).value
+        if buffer:
+            found.add((_buft_name(_buffer_type(buffer)) or b"?").decode())
+    return found
