@@ -6,17 +6,29 @@ for what a greedy run recorded.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tandem.bench.replay import Policy, ReplayCostModel, Trace, replay, replay_all, trace_from_rounds
+from tandem.bench.replay import (
+    Policy,
+    ReplayCostModel,
+    Trace,
+    costs_from_report,
+    replay,
+    replay_all,
+    trace_from_rounds,
+)
 from tandem.engine.costs import MeasuredCosts
 from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from tandem.engine.events import RoundEvent
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def _linear_costs(c: float, verify_per_token: float, first: float, catchup_per_token: float) -> MeasuredCosts:
@@ -112,17 +124,27 @@ def test_adaptive_k_keeps_up_with_the_best_fixed_k_on_bursty_acceptance(
     assert _versus_best_fixed(traces) >= 0.97
 
 
-@pytest.mark.parametrize(
-    ("alpha", "at_least"), [(0.4, 0.89), (0.6, 0.94), (0.8, 0.95), (0.9, 0.93), (0.97, 0.95), (0.995, 0.97)]
-)
-def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(alpha: float, at_least: float) -> None:
-    # The policy's known limits, kept from getting worse (docs/benchmarks.md). With acceptance
-    # independent of position (unlike text) the optimistic α drafts a token or two too long at
-    # 0.9-0.97; where drafting does not pay (0.4-0.6) it still retries now and then, each retry
-    # paying for the draft model's catch-up: 4-9% slower than the target alone.
+# Measured costs (in target steps) of the two machines the goals are set on: the H200's (an 8B
+# target and a 1B draft: verifying is cheap, drafting pays at middling acceptance) and this
+# CPU's reference pair (drafting pays only when acceptance is high).
+MEASURED = {
+    name: costs_from_report(json.loads((RESULTS / f).read_text()))
+    for name, f in (("h200", "h200-costs-for-replay.json"), ("cpu", "smollm2-cpu-model-5runs-final.json"))
+}
+
+
+@pytest.mark.parametrize("costs", ["h200", "cpu"])
+@pytest.mark.parametrize("alpha", [0.4, 0.6, 0.8, 0.9, 0.97, 0.995])
+def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(costs: str, alpha: float) -> None:
+    # Acceptance independent of position (unlike text), so the best fixed K in hindsight is
+    # also the best K for every round: what adaptive K loses to it is what estimating α and
+    # exploring cost. Where drafting does not pay (K = 0 best: 0.4-0.9 on the CPU) that is its
+    # loss against the target alone. Before the exploration budget: 0.92-0.96 at 0.4-0.9.
     rng = random.Random(1)
     traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
-    assert _versus_best_fixed(traces) >= at_least
+    result = replay_all(traces, _fixed_and_adaptive(), MEASURED[costs], max_tokens=128)
+    best = max(result[n]["overall"] for n in result if n != "adaptive")
+    assert result["adaptive"]["overall"] >= 0.97 * best
 
 
 @pytest.mark.parametrize("alpha", [0.4, 0.6, 0.8])
@@ -131,12 +153,23 @@ def test_a_draft_that_is_often_wrong_costs_little_once_the_pair_is_known(alpha: 
     # target alone. Once the long-run α is measured (the replay's first pass), pauses must not
     # end in a retry every dozen rounds, each paying the draft model's catch-up on the pause
     # (with doubt growing 5% a round during pauses, as in a cold start: 0.82-0.89 of the target
-    # alone; 0.91-0.93 as shipped).
+    # alone; 0.91-0.93 before the exploration budget, 1.00 with it).
     rng = random.Random(1)
     traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
     result = replay_all(traces, _fixed_and_adaptive(), CPU_COSTS, max_tokens=128)
     assert max(result, key=lambda n: result[n]["overall"]) in ("K=0", "adaptive")
-    assert result["adaptive"]["overall"] >= 0.9 * result["K=0"]["overall"]
+    assert result["adaptive"]["overall"] >= 0.98 * result["K=0"]["overall"]
+
+
+@pytest.mark.parametrize("costs", ["h200", "cpu"])
+def test_adaptive_k_on_recorded_text_keeps_up_in_every_category(costs: str) -> None:
+    # The reference pair's greedy traces (scripts/replay_policies.py --save): bursty, as text
+    # is. Every category within 3% of its best fixed K in hindsight.
+    traces = [Trace(**t) for t in json.loads((RESULTS / "smollm2-cpu-traces.json").read_text())]
+    result = replay_all(traces, _fixed_and_adaptive(), MEASURED[costs], max_tokens=128)
+    for cat in result["adaptive"]:
+        best = max(result[n][cat] for n in result if n != "adaptive")
+        assert result["adaptive"][cat] >= 0.97 * best, cat
 
 
 @pytest.mark.parametrize("rejected", [[2, 9], [1, 4], [0, 6, 13]])

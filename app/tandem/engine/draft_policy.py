@@ -283,26 +283,41 @@ class AdaptivePolicy:
     """Plan K each round to maximise expected tokens per second, for one drafter.
 
     α is estimated from this generation's rounds (forgetting old ones, since it follows the
-    text), starting from the drafter's long-run acceptance on this pair. Plans use an
-    optimistic α (estimate + one standard error): cheap insurance against a run of bad luck
-    switching drafting off for good. Rounds without drafting carry no evidence, so uncertainty
-    grows while K = 0 until drafting is tried again (fast while the pair is new, slowly once its
-    long-run α is measured: `_idle_forget`); across generations too, since the next
-    generation's prior weighs the long-run α less the longer nothing was drafted (a short
-    answer may end before the pause does).
+    text), starting from the drafter's long-run acceptance on this pair. Two estimates plan:
 
-    (Planning with the plain estimate, or with a per-position estimate of E(K), was measured
-    too: both drafted shorter and ran about 2.5% slower than the best fixed K on the reference
-    pair, where acceptance is high and the optimum is flat; see docs/benchmarks.md.)
+    * the point estimate says what pays now;
+    * the optimistic one (estimate + one standard error) is cheap insurance against a run of
+      bad luck switching drafting off for good: where it chooses another K than the point
+      estimate, the round *explores*, and its expected loss (under the point estimate, against
+      the best K there) is charged to an exploration budget. Over budget, the point estimate
+      decides. The budget is a share of the time spent so far plus a few plain steps: generous
+      while the pair is new (10%, 10 steps: nothing is known yet, exploring is worth most),
+      tight once its long-run α is measured (1%, 2 steps), so where drafting does not pay it
+      costs at most about that much (replayed: docs/benchmarks.md, "Never slower").
+
+    Rounds without drafting carry no evidence, so uncertainty grows while K = 0 until drafting
+    is tried again (fast while the pair is new, slowly once its long-run α is measured:
+    `_idle_forget`); across generations too, since the next generation's prior weighs the
+    long-run α less the longer nothing was drafted (a short answer may end before the pause
+    does). The memory follows familiarity as well: the last ~14 rounds count for a new pair
+    (early rejections must not hold drafting off for the answer), the last ~50 for a known one
+    (a steadier α drafts the best K more often).
     """
 
-    _FORGET = 0.95  # per round: about the last 20 rounds count
+    # Per round, the evidence kept: a new pair's (about the last 14 rounds count) and a known
+    # pair's (about 50).
+    _FORGET_NEW = 0.93
+    _FORGET_KNOWN = 0.98
     # A round without drafting keeps this much of the evidence once the pair is known
     # (see _idle_forget).
     _FORGET_IDLE_KNOWN = 0.99
     _PRIOR_STRENGTH = 8.0  # the long-run α is worth this many draft tokens ...
     # ... times this per round since the drafter last drafted (down to half a token).
     _IDLE_FADE = 0.97
+    # The exploration budget: (share of the time so far, plain steps) for a known pair, and what
+    # a new pair adds (see the class docstring).
+    _EXPLORE_KNOWN = (0.01, 2.0)
+    _EXPLORE_NEW = (0.09, 8.0)
 
     def __init__(self, k_max: int, costs: CostModel, kind: str = MODEL, k_start: int = 4) -> None:
         self.k_max = k_max
@@ -317,6 +332,12 @@ class AdaptivePolicy:
         long_run = costs.of(kind)
         self._trials = max(0.5, self._PRIOR_STRENGTH * self._IDLE_FADE**long_run.idle_rounds)
         self._accepted = long_run.alpha * self._trials
+        # Seconds the rounds cost (as planned), what exploring cost of them, and the last plan:
+        # its cost per K and its exploration's loss (charged if the round runs it).
+        self._spent = 0.0
+        self._explored = 0.0
+        self._costs: list[float] = []
+        self._exploring: tuple[int, float] | None = None  # (K, expected loss)
 
     @property
     def alpha(self) -> float:
@@ -334,17 +355,39 @@ class AdaptivePolicy:
         model): the extra catch-up it already owes, for tokens it skipped (plain or lookup
         rounds) beyond a usual round's one or two; its next draft pays it."""
         k_cap = min(self.k_max, budget)
+        self._exploring = None
+        self._costs = []
         if not self.costs.plain_step_known and self.costs.verify_time(2) is not None:
             # Drafting is measured but a plain step is not: take one, to know what drafting
             # must beat (once per pair; see CostModel.verify_time).
             return 0, 0.0
-        alpha = self.optimistic_alpha()
-        best_k, best_rate = min(self.k_start, k_cap), -1.0
-        horizon = budget + 1  # the most tokens this generation has left
+        point = self._table(k_cap, self.alpha, debt_per_token, owed_s, budget + 1)
+        if point is None:
+            return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
+        hope = self._table(k_cap, self.optimistic_alpha(), debt_per_token, owed_s, budget + 1)
+        assert hope is not None
+        k_point, k = _best(point), _best(hope)
+        if k != k_point:  # exploring: within the budget, else what pays now
+            e, cost = point[k]
+            loss = max(0.0, cost - e * point[k_point][1] / point[k_point][0])
+            share, steps = self._budget()
+            if self._explored + loss <= share * self._spent + steps * point[0][1]:
+                self._exploring = (k, loss)
+            else:
+                k = k_point
+        self._costs = [cost for _, cost in point]
+        return k, hope[k][0] / hope[k][1]
+
+    def _table(
+        self, k_cap: int, alpha: float, debt_per_token: float, owed_s: float, horizon: int
+    ) -> list[tuple[float, float]] | None:
+        """(expected tokens, seconds) of a round drafting K, for K in 0..k_cap; None while a
+        cost is unmeasured."""
+        out = []
         for k in range(k_cap + 1):
             draft, verify = self.costs.draft_time(self.kind, k), self.costs.verify_time(k + 1)
             if draft is None or verify is None:
-                return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
+                return None
             e = expected_tokens(alpha, k)
             cost = draft + verify + self.costs.rollback_time(alpha, k)
             if k and debt_per_token:
@@ -355,15 +398,23 @@ class AdaptivePolicy:
                 # of it when the answer is nearly done). Charging it all to this round
                 # instead makes a long pause ever costlier to end: drafting never resumes.
                 cost += owed_s * min(1.0, e / horizon)
-            rate = e / cost
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k, best_rate
+            out.append((e, cost))
+        return out
+
+    def _budget(self) -> tuple[float, float]:
+        new = 1.0 - self.costs.of(self.kind).familiarity
+        (share, steps), (more_share, more_steps) = self._EXPLORE_KNOWN, self._EXPLORE_NEW
+        return share + more_share * new, steps + more_steps * new
 
     def observe(self, drafted: int, accepted: int) -> None:
         """One round's outcome: `accepted` of `drafted` tokens before the first rejection."""
+        if self._costs:
+            self._spent += self._costs[min(drafted, len(self._costs) - 1)]
+        if drafted and self._exploring is not None and self._exploring[0] == drafted:
+            self._explored += self._exploring[1]
+        self._exploring = None
         trials = accepted + (1 if accepted < drafted else 0)
-        forget = self._FORGET if drafted else self._idle_forget()
+        forget = self._forget() if drafted else self._idle_forget()
         self._accepted = self._accepted * forget + accepted
         self._trials = self._trials * forget + trials
         if trials:
@@ -371,15 +422,24 @@ class AdaptivePolicy:
         elif not drafted:
             self.costs.of(self.kind).idle()
 
+    def _forget(self) -> float:
+        known = self.costs.of(self.kind).familiarity
+        return self._FORGET_NEW + (self._FORGET_KNOWN - self._FORGET_NEW) * known
+
     def _idle_forget(self) -> float:
         """How much of the evidence a round without drafting keeps.
 
         A pause carries no evidence, so the doubt about α grows until drafting is retried; how
         fast is the choice between two mistakes. In a process's first answer, with nothing
         known of the pair, a few early rejections must not end drafting for the answer: doubt
-        grows at the drafting rate, 5% a round. A pair whose long-run α is measured and low (a
-        draft that is often wrong) would then retry every dozen rounds, each retry paying for
-        the draft model's catch-up on the pause, and run 11-18% slower than the target alone on
-        a CPU (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
+        grows at the drafting rate. A pair whose long-run α is measured and low (a draft that
+        is often wrong) would then retry every dozen rounds, each retry paying for the draft
+        model's catch-up on the pause, and run 11-18% slower than the target alone on a CPU
+        (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
         known = self.costs.of(self.kind).familiarity
-        return self._FORGET + (self._FORGET_IDLE_KNOWN - self._FORGET) * known
+        return self._FORGET_NEW + (self._FORGET_IDLE_KNOWN - self._FORGET_NEW) * known
+
+
+def _best(table: list[tuple[float, float]]) -> int:
+    """The K of the highest expected rate (the shortest among equals)."""
+    return max(range(len(table)), key=lambda k: (table[k][0] / table[k][1], -k))
