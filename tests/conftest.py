@@ -114,6 +114,12 @@ def rejecting_pair(smollm2_f16: Path, tiny_target: Path) -> Iterator[ModelPair]:
     pair.close()
 
 
+@pytest.fixture(autouse=True)
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes into the user's data directory (`tandem bench` keeps its figures there)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
 @pytest.fixture
 def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A clean Hugging Face / Tandem environment: no test reads the real Hugging Face cache,

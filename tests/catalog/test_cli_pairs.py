@@ -164,6 +164,31 @@ def test_pull_shows_progress_resumes_nothing_twice_and_run_uses_the_pair(
     assert len(tiny_hub.requests) == before
 
 
+def test_bench_keeps_the_pair_s_figure_and_pairs_says_it(
+    tiny_hub: FakeHub, tiny_catalog: Path, hf_env: Path, tmp_path: Path
+) -> None:
+    assert tandem("pull", "tiny").returncode == 0
+    assert json.loads(tandem("pairs", "--json").stdout)["pairs"][-1]["measured_here"] is None
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("chat: Once upon a time\ncode: def main():\n")
+    report = tmp_path / "bench.json"
+    bench = tandem(
+        "bench", "--pair", "tiny", "--prompts", str(prompts), "-n", "8", "--runs", "1", "--raw",
+        "--compare", "model,auto", "--json", str(report), timeout=300,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    assert "kept as this pair's figure on this machine" in bench.stderr
+    overall = json.loads(report.read_text())["overall"]
+    tiny = next(p for p in json.loads(tandem("pairs", "--json").stdout)["pairs"] if p["name"] == "tiny")
+    here = tiny["measured_here"]
+    assert here["setting"] == "auto" and here["speedup"] == pytest.approx(overall["auto"]["speedup"])
+    assert set(here["settings"]) == {"model", "auto"} and here["prompts"] == 2 and here["runs"] == 1
+    assert set(here["categories"]) == {"chat", "code"}
+    table = tandem("pairs").stdout
+    row = next(line for line in table.splitlines() if line.startswith("tiny "))
+    assert f"{overall['auto']['speedup']:.2f}x auto" in row and "HERE: the speedup" in table
+
+
 def test_failing_pull_is_one_line_without_traceback(tiny_hub: FakeHub, tiny_catalog: Path, tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text(

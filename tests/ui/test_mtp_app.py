@@ -16,12 +16,13 @@ from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_
 from hub_server import FakeHub
 from tandem.engine import Origin
 from tandem.engine.mtp import heads_of
+from tandem.session.files import read_json
 from tandem.session.pairs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.screens.settings import SettingsScreen
 from tandem.ui.settings import load_settings
-from tandem.ui.storage import AppDirs, read_json
+from tandem.ui.storage import AppDirs
 from tandem.ui.widgets.chat_log import AnswerView
 from tandem.ui.widgets.stats import StatsPanel
 

@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 from tandem.engine import Origin
+from tandem.session.files import read_json, update_json
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans
 from tandem.ui.settings import Settings, load_settings
-from tandem.ui.storage import AppDirs, read_json, update_json
+from tandem.ui.storage import AppDirs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -385,7 +386,7 @@ WORKER = """
 import sys, time
 from pathlib import Path
 kind, path, me, n = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-from tandem.ui.storage import update_json
+from tandem.session.files import update_json
 
 def change(state):  # what TandemApp._remember_pair does, plus a counter to see lost updates
     state = state if isinstance(state, dict) else {}

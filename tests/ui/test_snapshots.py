@@ -23,11 +23,12 @@ from ui_helpers import wait_for, wait_ready
 
 from tandem.engine import Origin
 from tandem.engine.stats import DrafterStats
+from tandem.session.files import write_json
 from tandem.session.pairs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.conversations import Conversation
 from tandem.ui.screens.demo import DemoPane, DemoScreen
-from tandem.ui.storage import AppDirs, write_json
+from tandem.ui.storage import AppDirs
 from tandem.ui.widgets.stats import StatsPanel, StatsView
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chat.json"

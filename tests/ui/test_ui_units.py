@@ -14,12 +14,12 @@ from textual.app import App, ComposeResult
 from textual.strip import Strip
 
 from tandem.engine import Origin, PrefillEvent, RoundEvent, TokenEvent
+from tandem.session.files import atomic_write_text
 from tandem.session.pairs import PairRef
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
 from tandem.ui.jobs import EventBuffer
 from tandem.ui.live_stats import LiveStats
 from tandem.ui.settings import Settings, load_settings, save_settings, settings_toml
-from tandem.ui.storage import atomic_write_text
 from tandem.ui.widgets.pass_chart import PassChart
 from tandem.ui.widgets.token_text import TokenText
 

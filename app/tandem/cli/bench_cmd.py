@@ -24,8 +24,9 @@ from tandem.bench.settings import parse_drafters, parse_settings
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from tandem.cli.process import peak_rss_bytes
-from tandem.engine import TandemError
+from tandem.engine import ModelPair, TandemError
 from tandem.engine.costs import mean_costs, measure_costs
+from tandem.session import measured
 from tandem.session.choices import generation_config, load_options
 from tandem.session.drafting import exact_note
 from tandem.session.pairs import DraftNeeds, load_pair, resolve_pair
@@ -133,6 +134,7 @@ def bench(opts: BenchOptions) -> int:
         costs = mean_costs(measured)
         meta["costs_measured"] = len(measured)
         report = build_report(prompts, settings, records, costs, meta)
+        _keep_measurement(pair, report, exact=any(r.stats.exact for r in records))
     print(format_tables(report, prompts))
     if opts.json:
         opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -289,3 +291,18 @@ def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
         "spread over the run."
     )
     return "\n".join(out)
+
+
+def _keep_measurement(pair: ModelPair, report: dict[str, Any], *, exact: bool) -> None:
+    """What the pair gave here, for `tandem pairs` and the app's picker to say (a failure to save
+    it is a note: the report is what was asked for)."""
+    m = measured.from_report(report, pair.target.device_label, exact)
+    if m is None:
+        return
+    draft = pair.draft.path if pair.draft is not None else pair.draft_file
+    try:
+        measured.record(pair.target.path, draft, m)
+    except OSError as exc:
+        print(f"note: could not keep this measurement for `tandem pairs`: {exc}", file=sys.stderr)
+        return
+    print(f"note: kept as this pair's figure on this machine: {m.summary()}", file=sys.stderr)

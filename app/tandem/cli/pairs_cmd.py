@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from tandem.cli.fetch import download_with_progress
 from tandem.cli.options import PairsOptions, PullOptions, pairs_options, pull_options
 from tandem.engine import TandemError
 from tandem.engine.config import MIN_CONTEXT
+from tandem.session import measured
 
 # The DRAFT column of a pair drafted by the target's own heads.
 BUILTIN_DRAFT_CELL = "built-in (MTP)"
@@ -112,6 +114,7 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
                 "total_bytes": p.total_bytes,
                 "downloaded": target["downloaded"] and (not isinstance(draft, dict) or draft["downloaded"]),
                 "fit": _fit_json(pair_fit(p, ctx)),
+                "measured_here": _measured_json(p),
             }
         )
     return {
@@ -121,6 +124,31 @@ def pairs_json(catalog: Catalog, ctx: int | None) -> dict[str, Any]:
         "hub_cache": str(hub_cache_dir()),
         "pairs": out,
     }
+
+
+def _measured(p: PairSpec) -> measured.Measurement | None:
+    """What `tandem bench` measured here for the pair's files (on disk), if it did."""
+    target = local_file(p.target)
+    draft = local_file(p.draft) if p.draft is not None else None
+    if target is None or (p.draft is not None and draft is None):
+        return None
+    return measured.lookup(target, draft)
+
+
+def _measured_json(p: PairSpec) -> dict[str, Any] | None:
+    m = _measured(p)
+    if m is None:
+        return None
+    name, result = m.headline
+    return {"setting": name, "speedup": result.speedup, "summary": m.summary(), **asdict(m)}
+
+
+def _here_cell(p: PairSpec) -> str:
+    m = _measured(p)
+    if m is None:
+        return "–"
+    name, result = m.headline
+    return f"{result.speedup:.2f}x {name}"
 
 
 def _downloaded_label(target: bool, draft: bool) -> str:
@@ -181,7 +209,7 @@ def pairs(args: PairsOptions) -> int:
         print(json.dumps(pairs_json(catalog, args.ctx), indent=2))
         return 0
     _, device = device_memory()
-    rows = [("PAIR", "TARGET", "DRAFT", "SIZE", "LOCAL", "FIT", "NOTES")]
+    rows = [("PAIR", "TARGET", "DRAFT", "SIZE", "LOCAL", "FIT", "HERE", "NOTES")]
     used: set[str] = set()
     for p in catalog.pairs:
         fit = pair_fit(p, args.ctx)
@@ -198,6 +226,7 @@ def pairs(args: PairsOptions) -> int:
                 _size(p, local),
                 _downloaded_label(*on_disk) if p.draft is not None else ("yes" if on_disk[0] else "no"),
                 f"{fit.verdict} ({format_bytes(fit.need_bytes)})" if fit.need_bytes else "unknown",
+                _here_cell(p),
                 ", ".join(notes),
             )
         )
@@ -206,6 +235,10 @@ def pairs(args: PairsOptions) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     ctx_note = f" at {args.ctx} tokens of context" if args.ctx else " at each pair's context"
     print(f"\n* default pair. Fit{ctx_note}, for {device}.")
+    if any(r[6] != "–" for r in rows[1:]):
+        print(
+            "HERE: the speedup `tandem bench` measured for the pair on this machine (auto, alternated runs)."
+        )
     if any(p.draft is None for p in catalog.pairs):
         print(
             f"{BUILTIN_DRAFT_CELL}: the target drafts with its own multi-token-prediction heads; "

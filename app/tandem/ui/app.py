@@ -25,6 +25,7 @@ from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.catalog.units import format_bytes
 from tandem.engine import GenerationConfig
 from tandem.session.drafting import drafts_itself, trained_drafter
+from tandem.session.files import read_json, update_json
 from tandem.session.pairs import DraftNeeds, PairRef, as_loaded, load_pair
 from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
@@ -35,7 +36,7 @@ from tandem.ui.priority import WorkerPool, lower_this_thread, ui_nice
 from tandem.ui.screens.chat import ChatScreen
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings, load_settings, save_changes
-from tandem.ui.storage import AppDirs, read_json, update_json
+from tandem.ui.storage import AppDirs
 from tandem.ui.workers import run_in_thread
 
 GIL_SWITCH_S = 0.0005

@@ -22,7 +22,8 @@ from typing import Any, Literal, TypeGuard
 
 from tandem.engine import ChatMessage, Origin
 from tandem.engine.small_files import read_small_text
-from tandem.ui.storage import MAX_CHAT_BYTES, write_json
+from tandem.session.files import write_json
+from tandem.ui.storage import MAX_CHAT_BYTES
 
 Role = Literal["user", "assistant"]
 _ORIGIN_CODE = {Origin.DRAFT: "d", Origin.TARGET: "t", Origin.BONUS: "b"}

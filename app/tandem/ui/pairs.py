@@ -31,6 +31,8 @@ from tandem.catalog import (
 from tandem.catalog.companions import draft_label
 from tandem.catalog.units import format_bytes
 from tandem.engine import TandemError
+from tandem.session import measured
+from tandem.session.measured import Measurement
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class CatalogRow:
     draft_path: Path | None  # (None also for a pair drafted by its target's own heads)
     fit: FitVerdict | None
     draft_kind: str = ""  # a trained drafter in place of a draft model: "EAGLE-3 drafter"
+    measured: Measurement | None = None  # what `tandem bench` measured for these files here
 
     @property
     def downloaded(self) -> bool:
@@ -86,7 +89,9 @@ def catalog_rows(n_ctx: int | None = None) -> CatalogListing:
             fit = None
         draft = local_file(spec.draft) if spec.draft is not None else None
         kind = draft_label(spec.draft.filename, draft) if spec.draft is not None else ""
-        rows.append(CatalogRow(spec, local_file(spec.target), draft, fit, kind))
+        target = local_file(spec.target)
+        here = measured.lookup(target, draft) if target is not None else None
+        rows.append(CatalogRow(spec, target, draft, fit, kind, here))
     return CatalogListing(catalog, rows)
 
 
@@ -98,6 +103,8 @@ class DiskModel:
     cross: frozenset[Path] = frozenset()
     # The trained drafters shipped beside it that can draft for it (EAGLE-3, DFlash).
     companions: tuple[Companion, ...] = ()
+    # What `tandem bench` measured here with each draft file (None: drafting alone).
+    measured: dict[Path | None, Measurement] = field(default_factory=dict)
 
     def is_cross(self, draft: LocalGGUF) -> bool:
         return draft.path in self.cross
@@ -118,7 +125,13 @@ def disk_models() -> list[DiskModel]:
             continue
         drafts = drafts_for(g, found)
         cross = frozenset(d.path for d in drafts if cross_tokenizer(g, d))
-        out.append(DiskModel(g, tuple(drafts), cross, tuple(c for c in companions_for(g) if c.usable)))
+        usable = tuple(c for c in companions_for(g) if c.usable)
+        here = {
+            draft: m
+            for draft in (None, *(d.path for d in drafts), *(c.path for c in usable))
+            if (m := measured.lookup(g.path, draft)) is not None
+        }
+        out.append(DiskModel(g, tuple(drafts), cross, usable, here))
     return out
 
 

@@ -170,6 +170,8 @@ class CatalogTab(TabPane):
         lines = [s.description, f"Target: {describe_file(s.target)}", draft]
         if row.fit is not None and row.fit.need_bytes:
             lines.append(f"Memory: {row.fit.summary()} ({row.fit.device})")
+        if row.measured is not None:
+            lines.append(f"Measured here: {row.measured.summary()}")
         if s.hybrid:
             lines.append(HYBRID_LINE)
         if s.cross_tokenizer:

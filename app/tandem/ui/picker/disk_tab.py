@@ -5,6 +5,8 @@ trained drafters shipped beside it (EAGLE-3, DFlash) come next, with their kind.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static, TabPane
@@ -56,7 +58,7 @@ class DiskTab(TabPane):
             "model", "arch", "params", "quant", "size", "where", "drafts"
         )
         self.query_one("#drafts", DataTable).add_columns(
-            "draft", "params", "quant", "size", "where", "tokenizer"
+            "draft", "params", "quant", "size", "where", "tokenizer", "here"
         )
 
     def refresh_list(self) -> None:
@@ -110,11 +112,27 @@ class DiskTab(TabPane):
             return
         label = self.query_one("#drafts-label", Static)
         if model.drafts_alone:
-            table.add_row(BUILTIN_DRAFTER_LABEL, "–", "MTP", "–", "its file", "its own", key="builtin")
+            table.add_row(
+                BUILTIN_DRAFTER_LABEL,
+                "–",
+                "MTP",
+                "–",
+                "its file",
+                "its own",
+                _here(model, None),
+                key="builtin",
+            )
         for i, c in enumerate(model.companions):
             # (Its kind in the quant column, as the heads' "MTP": a trained drafter's own.)
             table.add_row(
-                c.path.name, "–", _short(c.label), _size(c), "beside it", "its target's", key=f"c{i}"
+                c.path.name,
+                "–",
+                _short(c.label),
+                _size(c),
+                "beside it",
+                "its target's",
+                _here(model, c.path),
+                key=f"c{i}",
             )
         if not (model.drafts_alone or model.companions or model.drafts):
             label.update(
@@ -135,6 +153,7 @@ class DiskTab(TabPane):
                 format_bytes(d.size_bytes),
                 d.source,
                 "another (cross)" if model.is_cross(d) else "same",
+                _here(model, d.path),
                 key=str(i),
             )
 
@@ -168,6 +187,15 @@ class DiskTab(TabPane):
         row -= len(model.companions)  # (then the trained drafters beside it)
         if 0 <= row < len(model.drafts):
             self.post_message(PairChosen(PairRef(model.gguf.path, model.drafts[row].path)))
+
+
+def _here(model: DiskModel, draft: Path | None) -> str:
+    """The speedup `tandem bench` measured for this pair on this machine, or a dash."""
+    m = model.measured.get(draft)
+    if m is None:
+        return "–"
+    name, result = m.headline
+    return f"{result.speedup:.2f}x {name}"
 
 
 def _size(c: Companion) -> str:
