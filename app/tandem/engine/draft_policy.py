@@ -173,9 +173,15 @@ class CostModel:
         measured, and next to nothing for attention models)."""
         if k == 0:
             return 0.0
-        checkpoint = self.checkpoint.value if self.checkpoint.known else 0.0
-        restore = self.restore.value if self.restore.known else 0.0
+        checkpoint, restore = self.rollback_parts()
         return checkpoint + (1.0 - alpha**k) * restore
+
+    def rollback_parts(self) -> tuple[float, float]:
+        """(checkpoint, restore) seconds as measured (0 until then)."""
+        return (
+            self.checkpoint.value if self.checkpoint.known else 0.0,
+            self.restore.value if self.restore.known else 0.0,
+        )
 
     def catchup_time(self, tokens: float, kind: str = MODEL) -> float:
         """Extra time a drafter that keeps in step (a draft model) takes to catch up on
@@ -290,10 +296,11 @@ class AdaptivePolicy:
       bad luck switching drafting off for good: where it chooses another K than the point
       estimate, the round *explores*, and its expected loss (under the point estimate, against
       the best K there) is charged to an exploration budget. Over budget, the point estimate
-      decides. The budget is a share of the time spent so far plus a few plain steps: generous
-      while the pair is new (10%, 10 steps: nothing is known yet, exploring is worth most),
-      tight once its long-run α is measured (1%, 2 steps), so where drafting does not pay it
-      costs at most about that much (replayed: docs/benchmarks.md, "Never slower").
+      decides. The budget is a share of the time spent so far plus a few plain steps: larger
+      while the pair is new (5%, 7 steps: nothing is known yet, exploring is worth most; early
+      rejections must not end drafting for an answer the draft then gets right), tight once
+      its long-run α is measured (1%, 2 steps), so where drafting does not pay it costs at most
+      about that much (replayed: docs/benchmarks.md, "Never slower").
 
     Rounds without drafting carry no evidence, so uncertainty grows while K = 0 until drafting
     is tried again (fast while the pair is new, slowly once its long-run α is measured:
@@ -317,7 +324,7 @@ class AdaptivePolicy:
     # The exploration budget: (share of the time so far, plain steps) for a known pair, and what
     # a new pair adds (see the class docstring).
     _EXPLORE_KNOWN = (0.01, 2.0)
-    _EXPLORE_NEW = (0.09, 8.0)
+    _EXPLORE_NEW = (0.04, 5.0)
 
     def __init__(self, k_max: int, costs: CostModel, kind: str = MODEL, k_start: int = 4) -> None:
         self.k_max = k_max
@@ -361,11 +368,11 @@ class AdaptivePolicy:
             # Drafting is measured but a plain step is not: take one, to know what drafting
             # must beat (once per pair; see CostModel.verify_time).
             return 0, 0.0
-        point = self._table(k_cap, self.alpha, debt_per_token, owed_s, budget + 1)
-        if point is None:
+        costs = self._costs_by_k(k_cap)
+        if costs is None:
             return min(self.k_start, k_cap), 0.0  # not measured yet: use the starting K
-        hope = self._table(k_cap, self.optimistic_alpha(), debt_per_token, owed_s, budget + 1)
-        assert hope is not None
+        point = self._table(costs, self.alpha, debt_per_token, owed_s, budget + 1)
+        hope = self._table(costs, self.optimistic_alpha(), debt_per_token, owed_s, budget + 1)
         k_point, k = _best(point), _best(hope)
         if k != k_point:  # exploring: within the budget, else what pays now
             e, cost = point[k]
@@ -378,27 +385,38 @@ class AdaptivePolicy:
         self._costs = [cost for _, cost in point]
         return k, hope[k][0] / hope[k][1]
 
-    def _table(
-        self, k_cap: int, alpha: float, debt_per_token: float, owed_s: float, horizon: int
-    ) -> list[tuple[float, float]] | None:
-        """(expected tokens, seconds) of a round drafting K, for K in 0..k_cap; None while a
-        cost is unmeasured."""
+    def _costs_by_k(self, k_cap: int) -> list[float] | None:
+        """Drafting K and verifying K + 1 tokens, in seconds, for K in 0..k_cap; None while a
+        cost is unmeasured. (Asked once a round: both estimates of α price with it.)"""
         out = []
         for k in range(k_cap + 1):
             draft, verify = self.costs.draft_time(self.kind, k), self.costs.verify_time(k + 1)
             if draft is None or verify is None:
                 return None
-            e = expected_tokens(alpha, k)
-            cost = draft + verify + self.costs.rollback_time(alpha, k)
-            if k and debt_per_token:
-                cost += e * debt_per_token
-            if k and owed_s:
-                # Drafting again pays what is owed once, and every later round then drafts
-                # at the usual cost: spread the payment over the tokens still to come (all
-                # of it when the answer is nearly done). Charging it all to this round
-                # instead makes a long pause ever costlier to end: drafting never resumes.
-                cost += owed_s * min(1.0, e / horizon)
+            out.append(draft + verify)
+        return out
+
+    def _table(
+        self, costs: list[float], alpha: float, debt_per_token: float, owed_s: float, horizon: int
+    ) -> list[tuple[float, float]]:
+        """(expected tokens, seconds) of a round drafting K, for each K priced in `costs`."""
+        checkpoint, restore = self.costs.rollback_parts()
+        out = []
+        e, power = 0.0, 1.0  # E(α, K) = 1 + α + ... + α^K, and α^K
+        for k, cost in enumerate(costs):
+            e += power
+            if k:
+                cost += checkpoint + (1.0 - power) * restore  # (rollback_time, α^k = power)
+                if debt_per_token:
+                    cost += e * debt_per_token
+                if owed_s:
+                    # Drafting again pays what is owed once, and every later round then drafts
+                    # at the usual cost: spread the payment over the tokens still to come (all
+                    # of it when the answer is nearly done). Charging it all to this round
+                    # instead makes a long pause ever costlier to end: drafting never resumes.
+                    cost += owed_s * min(1.0, e / horizon)
             out.append((e, cost))
+            power *= alpha
         return out
 
     def _budget(self) -> tuple[float, float]:
