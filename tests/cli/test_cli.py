@@ -279,6 +279,26 @@ def test_bench_prints_table_and_writes_json(
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_bench_measures_a_pair_of_two_tokenizers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The costs are timed on each model in its own tokens: the target's ids are not a draft of
+    another tokenizer's vocabulary (Gemma 3's 262k tokens into SmolLM2's 49k failed at once)."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("chat: Once upon a time\n")
+    out_json = tmp_path / "bench.json"
+    args = [
+        "bench",
+        "--target",
+        str(model_files.gemma3_270m_as("F16")),
+        "--draft",
+        str(model_files.smollm2_q4_1()),
+    ]
+    args += ["--prompts", str(prompts), "-n", "8", "--runs", "1", "--raw", "--compare", "cross,auto"]
+    assert main([*args, "--threads", "1", "--json", str(out_json)]) == 0
+    report = json.loads(out_json.read_text())
+    assert report["costs"]["c"] > 0 and set(report["overall"]) == {"cross", "auto"}
+    assert report["overall"]["cross"]["identical_output"] is True
+
+
 def test_bench_rejects_a_bad_prompt_file(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
     res = tandem(
         "bench",

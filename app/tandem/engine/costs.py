@@ -121,13 +121,21 @@ def measure_costs(
     largest = max(batch_sizes, default=1)
     if len(tokens) < largest + 2:
         raise ValueError("the context must be longer than the largest batch")
-    base = tokens[: len(tokens) - largest]
-    probe = tokens[len(base) :]
     models = [target] if draft is None else [target, draft]
+    # Each model's own tokens: a draft of another tokenizer (drafters/cross.py) reads the same
+    # text in its own, as it does when it drafts (the target's ids are not its vocabulary).
+    own = {id(target): tokens}
+    if draft is not None:
+        own[id(draft)] = tokens
+        if draft.foreign_tokenizer:
+            text = draft.tokenize(target.detokenize(tokens), add_special=False, parse_special=False)
+            own[id(draft)] = (text * (1 + (largest + 2) // max(1, len(text))))[: max(len(text), largest + 2)]
+    base = {k: t[: len(t) - largest] for k, t in own.items()}
+    probe = {k: t[len(base[k]) :] for k, t in own.items()}
     saved = {id(m): list(m.cached) for m in models}
     for m in models:
-        m.keep_prefix_of(base)
-        m.decode(base[len(m.cached) :], "none")
+        m.keep_prefix_of(base[id(m)])
+        m.decode(base[id(m)][len(m.cached) :], "none")
         m.checkpoint("measure")  # a recurrent state comes back to `base` from a copy
     lookup = LookupDrafter(target.n_vocab)
     times: dict[str, list[float]] = {"t": [], "d": [], "d1": [], "l": []}
@@ -142,19 +150,19 @@ def measure_costs(
 
     def timed(m: LoadedModel, n: int, rows: Literal["last", "all"] = "all") -> float:
         t0 = time.perf_counter()
-        decode(m, probe[:n], rows if n > 1 else "last")
+        decode(m, probe[id(m)][:n], rows if n > 1 else "last")
         dt = time.perf_counter() - t0
-        m.truncate(len(base))
+        m.truncate(len(base[id(m)]))
         return dt
 
     def steps(m: LoadedModel, n: int) -> list[float]:
         """n single-token steps in a row, as the decoding loop runs them."""
         out = []
-        for tok in probe[:n]:
+        for tok in probe[id(m)][:n]:
             t0 = time.perf_counter()
             decode(m, [tok], "last")
             out.append(time.perf_counter() - t0)
-        m.truncate(len(base))
+        m.truncate(len(base[id(m)]))
         return out
 
     for _ in range(reps):
@@ -166,7 +174,7 @@ def measure_costs(
             times["d1"].append(first)
             times["d"] += rest
         t0 = time.perf_counter()
-        lookup.candidates(base, largest)
+        lookup.candidates(base[id(target)], largest)
         times["l"].append(time.perf_counter() - t0)
         for n in batch_sizes:
             times[f"v{n}"].append(timed(target, n))
