@@ -3,6 +3,7 @@ path, and the errors a user can meet (incompatible, corrupt, too big)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from ui_helpers import in_lm_studio, picker, run_app, text_of, wait_for, wait_re
 import model_files
 from catalogs import TINY_ONLY_CATALOG, install_catalog
 from hub_server import FakeHub
+from tandem.session import measured
 from tandem.session.files import read_json
+from tandem.session.measured import Measurement, SettingResult
 from tandem.session.pairs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
@@ -134,7 +137,10 @@ def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tin
     # Two GGUFs in an LM Studio folder, the second a smaller model with the same tokenizer;
     # no network (HF_HUB_OFFLINE).
     small = model_files.tiny_model("small", seed=3, n_embd=32)
-    in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small.gguf": small})
+    folder = in_lm_studio("test/tiny", {"tiny-a.gguf": tiny_target, "tiny-small.gguf": small})
+    # What `tandem bench` measured for this pair here: the drafts list says it.
+    figure = Measurement({"auto": SettingResult(1.25, 0.6, 2.0)}, time.time(), "CPU", 30, 2)
+    measured.record(folder / "tiny-a.gguf", folder / "tiny-small.gguf", figure)
     app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -149,7 +155,8 @@ def test_offline_first_run_offers_files_on_disk(dirs: AppDirs, hf_env: Path, tin
         disk.focus()
         disk.move_cursor(row=0)
         await pilot.pause()
-        assert p.query_one("#drafts", DataTable).row_count == 1
+        drafts = p.query_one("#drafts", DataTable)
+        assert drafts.row_count == 1 and str(drafts.get_row_at(0)[-1]) == "1.25x auto"
         await pilot.press("enter")  # to the drafts list
         await pilot.press("enter")  # load this draft with it
         await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
@@ -178,7 +185,7 @@ def test_the_picker_offers_a_draft_of_another_tokenizer(
         await pilot.pause()
         assert str(disk.get_row_at(0)[-1]) == "1 cross"
         drafts = p.query_one("#drafts", DataTable)
-        assert drafts.row_count == 1 and str(drafts.get_row_at(0)[-1]) == "another (cross)"
+        assert drafts.row_count == 1 and str(drafts.get_row_at(0)[5]) == "another (cross)"
         assert "another tokenizer" in text_of(p, "#drafts-label").lower()
         await pilot.press("enter")  # to the drafts list
         await pilot.press("enter")  # load this draft with it
