@@ -37,7 +37,7 @@ COSTS = _linear_costs(0.5, 0.1, 0.5, 0.1)
 
 
 def test_fully_accepted_rounds_cost_what_the_model_says() -> None:
-    trace = Trace("chat", [True] * 200, eog=False)
+    trace = Trace("chat", [True] * 200, eog=False, kind="model")
     generated, cost = replay(trace, FixedPolicy(12), COSTS, max_tokens=128)
     assert generated == 128
     # Round 1: draft 0.5 + 11 * 0.5, verify 13 tokens 2.2. Rounds 2-9 are two behind (the
@@ -47,7 +47,7 @@ def test_fully_accepted_rounds_cost_what_the_model_says() -> None:
 
 
 def test_a_rejection_ends_the_round_with_the_target_s_token() -> None:
-    trace = Trace("qa", [True, True, False] + [True] * 10, eog=False)
+    trace = Trace("qa", [True, True, False] + [True] * 10, eog=False, kind="model")
     generated, cost = replay(trace, FixedPolicy(5), COSTS, max_tokens=9)
     # Round 1: 2 of 5 accepted + the correction = 3 tokens. Round 2 (one behind): 5 of 5 + bonus
     # = 9. The limit leaves room for K = 5 in round 2 (9 - 3 - 1).
@@ -56,7 +56,7 @@ def test_a_rejection_ends_the_round_with_the_target_s_token() -> None:
 
 
 def test_the_draft_stops_after_proposing_the_end() -> None:
-    trace = Trace("qa", [True] * 6, eog=True)  # five tokens, then the end of generation
+    trace = Trace("qa", [True] * 6, eog=True, kind="model")  # five tokens, then the end of generation
     generated, cost = replay(trace, FixedPolicy(12), COSTS, max_tokens=128)
     assert generated == 5
     assert cost == pytest.approx(0.5 + 5 * 0.5 + 1.6)  # six drafted, seven verified
@@ -108,7 +108,7 @@ def test_adaptive_k_keeps_up_with_the_best_fixed_k_on_bursty_acceptance(
     chain: tuple[float, float, float, float],
 ) -> None:
     rng = random.Random(1)
-    traces = [Trace("x", _bursty(rng, 129, *chain), eog=False) for _ in range(24)]
+    traces = [Trace("x", _bursty(rng, 129, *chain), eog=False, kind="model") for _ in range(24)]
     assert _versus_best_fixed(traces) >= 0.97
 
 
@@ -121,7 +121,9 @@ def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(alpha: float, at_le
     # 0.9-0.97; where drafting does not pay (0.4-0.6) it still retries now and then, each retry
     # paying for the draft model's catch-up: 4-9% slower than the target alone.
     rng = random.Random(1)
-    traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
+    traces = [
+        Trace("x", [rng.random() < alpha for _ in range(129)], eog=False, kind="model") for _ in range(24)
+    ]
     assert _versus_best_fixed(traces) >= at_least
 
 
@@ -133,7 +135,9 @@ def test_a_draft_that_is_often_wrong_costs_little_once_the_pair_is_known(alpha: 
     # (with doubt growing 5% a round during pauses, as in a cold start: 0.82-0.89 of the target
     # alone; 0.91-0.93 as shipped).
     rng = random.Random(1)
-    traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
+    traces = [
+        Trace("x", [rng.random() < alpha for _ in range(129)], eog=False, kind="model") for _ in range(24)
+    ]
     result = replay_all(traces, _fixed_and_adaptive(), CPU_COSTS, max_tokens=128)
     assert max(result, key=lambda n: result[n]["overall"]) in ("K=0", "adaptive")
     assert result["adaptive"]["overall"] >= 0.9 * result["K=0"]["overall"]
@@ -147,8 +151,8 @@ def test_a_cold_start_with_early_rejections_resumes_drafting(rejected: list[int]
     # answer. (A rule that charged the whole catch-up to any retry that pays only at the
     # optimistic α never resumed here: the target's speed; reverted, docs/benchmarks.md.)
     costs = _linear_costs(0.65, 0.17, 0.8, 0.25)
-    trace = Trace("x", [i not in rejected for i in range(129)], eog=False)
-    adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs)), costs, 128)
+    trace = Trace("x", [i not in rejected for i in range(129)], eog=False, kind="model")
+    adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs), "model"), costs, 128)
     target_alone = replay(trace, FixedPolicy(0), costs, 128)
     assert adaptive[0] == target_alone[0] == 128
     assert target_alone[1] / adaptive[1] >= 1.04
@@ -162,8 +166,10 @@ def test_bad_starts_do_not_switch_drafting_off_for_the_session(max_tokens: int) 
     # longer nothing was drafted, every later answer starts without drafting and never learns
     # otherwise (replayed without that: 0.80-0.82 of the best fixed K, the target's speed).
     rng = random.Random(1)
-    good = [Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False) for _ in range(24)]
-    bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False) for t in good[:6]]
+    good = [
+        Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False, kind="model") for _ in range(24)
+    ]
+    bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False, kind="model") for t in good[:6]]
     result = replay_all([*bad, *good], _fixed_and_adaptive(), CPU_COSTS, max_tokens)
     best = max(result[n]["good"] for n in result if n != "adaptive")
     assert result["adaptive"]["good"] >= 0.97 * best

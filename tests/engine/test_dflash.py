@@ -4,7 +4,7 @@ Tiny random-weight DFlash GGUFs (model_files.tiny_dflash_model: architecture "df
 SmolLM2's tokenizer, blocks of 4 positions) in three variants, DFlash, DSpark (a Markov head,
 anchor-first) and DFlash2 (a selector), are made for a tiny 32-wide llama and the tiny hybrid
 Qwen3.5; llama.cpp injects the target's rows at two of its layers into their cache and guesses
-a whole block [last, <mask>...] in one pass (app/tandem/engine/drafters/dflash.py). The first
+a whole block [last, <mask>...] in one pass (app/tandem/engine/drafters/heads/dflash.py). The first
 guess of a block agrees with the target about two times in three, the later ones rarely: drafts
 are both accepted and rejected. The reference for every answer is the target alone.
 """
@@ -24,7 +24,7 @@ from run_helpers import TINY, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, ModelPair, SamplerSettings
 from tandem.engine.draft_policy import CostModel
-from tandem.engine.drafters.dflash import DFlashHead, head_of
+from tandem.engine.drafters.heads.dflash import DFlashHead, head_of
 
 PROMPTS = [
     "Explain in detail why the sky is blue.",

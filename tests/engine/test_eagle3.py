@@ -3,7 +3,7 @@
 Tiny random-weight EAGLE-3 GGUFs (model_files.tiny_eagle3_model: architecture "eagle3", F32,
 SmolLM2's tokenizer, no embeddings or head of their own) are made for a tiny 32-wide llama and
 for the tiny hybrid Qwen3.5; llama.cpp runs them beside the target, fed with the target's rows
-at three of its layers (app/tandem/engine/drafters/eagle3.py). They agree with the target about
+at three of its layers (app/tandem/engine/drafters/heads/eagle3.py). They agree with the target about
 half the time, at every step of a draft, so drafts are both accepted and rejected. The reference
 for every answer is the target alone.
 """
@@ -23,7 +23,7 @@ from run_helpers import TINY, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, IncompatiblePairError, ModelPair, SamplerSettings
 from tandem.engine.draft_policy import CostModel
-from tandem.engine.drafters.eagle3 import Eagle3Head, head_of
+from tandem.engine.drafters.heads.eagle3 import Eagle3Head, head_of
 from tandem.engine.gguf_file import read_gguf
 
 PROMPTS = [

@@ -2,9 +2,9 @@
 
 A tiny random-weight Qwen3.5 (model_files.tiny_mtp_model: hybrid gated-delta-net/attention
 trunk, one MTP block after it, F32, SmolLM2's tokenizer) is the target; llama.cpp runs its MTP
-block in a second context (app/tandem/engine/mtp.py). Its heads agree with the target about a third
-of the time, so drafts are both accepted and rejected. The reference for every answer is the
-same GGUF loaded without its heads, run as the target alone.
+block in a second context (app/tandem/engine/drafters/heads/mtp.py). Its heads agree with the
+target about a third of the time, so drafts are both accepted and rejected. The reference for
+every answer is the same GGUF loaded without its heads, run as the target alone.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from run_helpers import assert_same_greedy, logit_tolerance, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadOptions, ModelPair, SamplerSettings, TandemError
 from tandem.engine.draft_policy import CostModel
-from tandem.engine.mtp import MtpHead, heads_of
+from tandem.engine.drafters.heads.mtp import MtpHead, head_of
 
 # In the GPU lane too (gpu_lane.py): the heads' hidden rows come off the device.
 pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)
@@ -58,15 +58,15 @@ def _chat(pair: ModelPair, text: str) -> list[int]:
 
 
 def _head(pair: ModelPair) -> MtpHead:
-    assert heads_of(pair.target) is not None
-    return heads_of(pair.target)
+    assert head_of(pair.target) is not None
+    return head_of(pair.target)
 
 
 def test_the_heads_are_loaded_only_when_the_file_has_them(pair: ModelPair, alone: ModelPair) -> None:
     assert _head(pair).layers == 1 and pair.target.mtp_layers_in_file == 1
-    assert heads_of(alone.target) is None
+    assert head_of(alone.target) is None
     with ModelPair.load(model_files.tiny_stateful_model("llama-d", "llama", seed=31), None, OPTIONS) as plain:
-        assert heads_of(plain.target) is None and plain.target.mtp_layers_in_file == 0
+        assert head_of(plain.target) is None and plain.target.mtp_layers_in_file == 0
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -230,7 +230,7 @@ def _assert_heads_match_fresh(pair: ModelPair, history: list[int]) -> None:
     mine = np.array(head.first_step(history)[0])
     head.end_draft()
     with ModelPair.load(target.path, None, OPTIONS) as fresh:
-        other = heads_of(fresh.target)
+        other = head_of(fresh.target)
         assert other is not None
         other.set_following(True)
         fresh.target.decode(history[:-1], "none")

@@ -24,7 +24,7 @@ from tandem.bench.settings import parse_drafters, parse_settings
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from tandem.cli.process import peak_rss_bytes
-from tandem.engine import TandemError
+from tandem.engine import TandemError, drafter_choices
 from tandem.engine.costs import mean_costs, measure_costs
 from tandem.session.choices import generation_config, load_options
 from tandem.session.drafting import exact_note
@@ -58,11 +58,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--compare",
         metavar="SPECS",
-        help="settings to compare, comma-separated: model, lookup, mtp (the target's own draft "
-        "heads), eagle3 / dflash (a trained drafter given as --draft or beside the target), auto "
-        "(adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
-        "(model:p=0.2). "
-        "Default: the drafting options given",
+        help=f"settings to compare, comma-separated, each DRAFTER[:k=K][:p=P]: DRAFTER one of "
+        f"{', '.join(drafter_choices())} (as --drafter), adaptive K unless :k=K fixes it, :p=P a "
+        "--p-min (e.g. auto,lookup:k=5). Default: the drafting options given",
     )
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
     p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")

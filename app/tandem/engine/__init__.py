@@ -2,7 +2,11 @@
 
 from .chat_template import ChatMessage
 from .compat import check_pair, compatibility_problems
-from .config import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, DrafterChoice, GenerationConfig, LoadOptions
+from .config import DRAFT_MAX_LIMIT, DrafterChoice, GenerationConfig, LoadOptions
+from .drafters.registry import AUTO as AUTO_DRAFTER
+from .drafters.registry import choices as drafter_choices
+from .drafters.registry import help_text as drafter_help
+from .drafters.registry import label as drafter_label
 from .errors import (
     ContextOverflowError,
     GenerationError,
@@ -30,7 +34,7 @@ from .reasoning import ReasoningFormat, ReasoningSplit, Thinking
 from .sampling import SamplerSettings
 
 __all__ = [
-    "DRAFTER_CHOICES",
+    "AUTO_DRAFTER",
     "DRAFT_MAX_LIMIT",
     "ChatMessage",
     "ChatPrompt",
@@ -62,5 +66,8 @@ __all__ = [
     "TokenEvent",
     "check_pair",
     "compatibility_problems",
+    "drafter_choices",
+    "drafter_help",
+    "drafter_label",
     "read_gguf",
 ]

@@ -62,7 +62,7 @@ class MeasuredCosts:
         tokens, then c per further token) plus verifying drafted + 1 tokens. `draft_s`: the
         drafting time the round measured, for a kind these measurements do not time."""
         kind = registry.spec(drafter)
-        draft = 0.0 if kind is None else kind.draft_cost(self, drafted, caught_up, looked_up, draft_s)
+        draft = 0.0 if kind is None else kind.traits.draft_cost(self, drafted, caught_up, looked_up, draft_s)
         return draft + self.v(drafted + 1)
 
 

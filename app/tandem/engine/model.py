@@ -36,6 +36,7 @@ from .errors import ContextOverflowError, GenerationError, ModelLoadError, Tande
 from .gguf_file import GGUFInfo, read_gguf
 from .llama_lib import llama_cpp
 from .memory import kv_cache_bytes
+from .prefix import common_prefix
 
 # Copy only the recurrent part of a hybrid's state (its attention KV cache is truncated as
 # usual); a purely recurrent model's state is that part anyway.
@@ -45,9 +46,9 @@ Outputs = Literal["none", "last", "all"]
 
 
 class DecodeListener(Protocol):
-    """Something kept in step with a model's decodes (the target's MTP heads, mtp.py): told of
-    every batch, from which position and which tokens; it reads the extra outputs it asked for
-    (`LoadedModel.want_hidden_rows`) from the model while the batch's outputs are valid."""
+    """Something kept in step with a model's decodes (the drafters that read the target's rows:
+    drafters/heads/): told of every batch, from which position and which tokens; it reads the
+    extra outputs it asked for from the model while the batch's outputs are valid."""
 
     decode_seconds: float  # its own time inside llama.cpp (a generation's clock counts it)
 
@@ -120,7 +121,7 @@ class LoadedModel:
     ) -> None:
         ensure_backend()
         self.options = opts = options or LoadOptions()
-        self.path = Path(path).expanduser()
+        self.path: Path = Path(path).expanduser()
         self.role = role
         self.info = info or read_gguf(self.path)
         self.notes: list[str] = []
@@ -392,6 +393,11 @@ class LoadedModel:
     @property
     def eos_id(self) -> int:
         return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @property
+    def eot_id(self) -> int:
+        """The end-of-turn token (-1: the vocabulary has none)."""
+        return int(llama_cpp.llama_vocab_eot(self.vocab))
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -771,15 +777,6 @@ class LoadedModel:
         ):
             # Part of the failed batch stayed in the cache and cannot be dropped: start over.
             self.reset()
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens `a` and `b` share from their start (what a cache keeps of a new input, and
-    how followers of a model's decodes find where it cut: mtp.py, the trained drafters)."""
-    n, top = 0, min(len(a), len(b))
-    while n < top and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _has_recurrent_state(model: object) -> bool:

@@ -29,7 +29,6 @@ from .model import LoadedModel
 from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
 from .reasoning import ReasoningSplit, Thinking, thinking_variables
 from .recurrence import rollback_note
-from .sidecar import check_sidecar, refuse_as_target
 
 
 @dataclass(frozen=True)
@@ -84,15 +83,16 @@ class ModelPair:
             raise ValueError("companions are tried only when no draft is named")
         opts = options or LoadOptions()
         t_info = read_gguf(target_path)
-        refuse_as_target(t_info)
+        registry.refuse_as_target(t_info)
         d_info = read_gguf(draft_path) if draft_path is not None else None
-        # A trained drafter (EAGLE-3, DFlash) given as the draft is no draft model: it loads
-        # beside the target, once checked against it (sidecar.py). A draft model may have another
-        # tokenizer (check_pair says which, or why it cannot draft: compat.py).
-        sidecar = d_info if d_info is not None and registry.sidecar_spec(d_info) is not None else None
+        # A drafter in a file of its own (EAGLE-3, DFlash, MTP heads) given as the draft is no
+        # draft model: it loads beside the target, once checked against it (registry.check_file).
+        # A draft model may have another tokenizer (check_pair says which, or why it cannot
+        # draft: compat.py).
+        sidecar = d_info if d_info is not None and registry.classify(d_info) is not None else None
         tokenizers: PairTokenizers | None = None
         if sidecar is not None:
-            check_sidecar(t_info, sidecar)
+            registry.check_file(t_info, sidecar)
         elif d_info is not None:
             tokenizers = check_pair(t_info, d_info)
             d_info = d_info.without_vocab()
@@ -107,7 +107,7 @@ class ModelPair:
         try:
             registry.attach(target)  # what follows the target's decodes (its own draft heads)
             if sidecar is not None:
-                registry.attach_sidecar(target, Path(sidecar.path), sidecar)
+                registry.attach_file(target, Path(sidecar.path), sidecar)
             elif draft_path is not None:
                 # A recurrent draft decodes one token at a time, which llama.cpp's snapshots
                 # cannot roll back: it is checkpointed (drafters/model.py), snapshots would
@@ -440,8 +440,8 @@ def _attach_companion(target: LoadedModel, t_info: GGUFInfo, paths: Sequence[Pat
     for i, path in enumerate(paths):
         try:
             info = read_gguf(path)
-            check_sidecar(t_info, info)
-            registry.attach_sidecar(target, path, info)
+            registry.check_file(t_info, info)
+            registry.attach_file(target, path, info)
         except TandemError as exc:
             rest = paths[i + 1 :]
             then = f"trying {rest[0].name}" if rest else f"{target.path.name} runs without it"

@@ -43,6 +43,20 @@ class PairRef:
     companions: tuple[Path, ...] = field(default=(), compare=False)
     # Why the other companions found there are not used (their headers refused), as notes.
     unused: tuple[str, ...] = field(default=(), compare=False)
+    # The draft file's drafter kind when whoever found it knew it (a companion); None: read
+    # from its header when first asked (draft_kind).
+    known_kind: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def draft_kind(self) -> str:
+        """The drafter kind the draft file is, decided once from its header (the registry's
+        classify): "" for a draft model, no draft, or a header that cannot be read (the
+        preflight says why)."""
+        if self.known_kind is None:
+            kind = _file_kind(self.draft) if self.draft is not None else ""
+            object.__setattr__(self, "known_kind", kind or "")
+        assert self.known_kind is not None
+        return self.known_kind
 
     @classmethod
     def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
@@ -121,12 +135,12 @@ class DraftNeeds:
 
     use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
     need_draft: bool = False  # it cannot run without one (the model drafter)
-    need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
-    # It drafts with a trained drafter of this kind beside the target ("eagle3", "dflash"),
-    # given as the draft file or found beside the target, and only with it; "": not asked.
+    need_heads: bool = False  # it drafts with the target's own heads, and only with them
+    # It drafts with the drafter file of this kind beside the target (a trained drafter), given
+    # as the draft file or found beside the target, and only with it; "": not asked.
     need_sidecar: str = ""
     # A draft file that is a drafter of a kind it uses is kept even where a draft model would
-    # not be (the MTP heads alone, for --drafter mtp).
+    # not be (MTP heads alone, for the heads' kind).
     use_sidecar: bool = False
 
     @classmethod
@@ -140,7 +154,7 @@ class DraftNeeds:
             need_draft=Needs.DRAFT_MODEL in needs,
             need_heads=Needs.HEADS in needs,
             need_sidecar=sidecars[0] if sidecars else "",
-            use_sidecar=any(s.load_sidecar is not None for c in choices for s in registry.chosen(c)),
+            use_sidecar=any(registry.with_files(c) for c in choices),
         )
 
     @classmethod
@@ -148,6 +162,15 @@ class DraftNeeds:
         """The needs of a front-end that drafts with whatever the pair brings (the app): its
         draft model, or without one the target's own heads."""
         return cls(use_draft=True, need_heads=ref.draft is None)
+
+    def companion_kinds(self) -> set[str] | None:
+        """The kinds of drafter files beside a target worth looking for (None: any): the one
+        asked for, or the target's own heads in a file of their own."""
+        if self.need_sidecar:
+            return {self.need_sidecar}
+        if self.need_heads:
+            return {s.name for s in registry.KINDS if s.needs is Needs.HEADS and s.files is not None}
+        return None
 
 
 def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch, check: bool = True) -> PairRef:
@@ -179,15 +202,16 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
         )
     target = request.target.expanduser()
     draft = request.draft.expanduser() if request.draft is not None else None
-    if draft is not None and not needs.use_draft and not (needs.use_sidecar and _is_drafter_file(draft)):
+    kind = _file_kind(draft) if draft is not None else ""
+    if draft is not None and not needs.use_draft and not (needs.use_sidecar and kind != ""):
         draft = None  # (a draft model the chosen drafter does not use)
     if draft is None and (needs.use_draft or needs.need_heads) and not needs.need_draft:
         # No draft named: a drafter shipped beside the target drafts (auto, or the kind asked
         # for), as llama.cpp's downloader pairs `eagle3-*` and `mtp-*` files with their model.
         from tandem.catalog import companions_of
 
-        kind = needs.need_sidecar or ("mtp" if needs.need_heads else None)
-        found = [c for c in companions_of(target) if kind in (None, c.kind)]
+        kinds = needs.companion_kinds()
+        found = [c for c in companions_of(target) if kinds is None or c.kind in kinds]
         usable = [c for c in found if c.usable]
         beside = f"found beside {target.name}"
         unused = tuple(f"{c.path.name}, {beside}, is not used: {c.problem}" for c in found if not c.usable)
@@ -195,9 +219,11 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             first = usable[0]
             note = f"drafting with {first.path.name}, the {first.label} found beside {target.name}"
             paths = tuple(c.path for c in usable)
-            return PairRef(target, first.path, found=note, companions=paths, unused=unused)
+            return PairRef(
+                target, first.path, found=note, companions=paths, unused=unused, known_kind=first.kind
+            )
         return PairRef(target, None, unused=unused)
-    return PairRef(target, draft)
+    return PairRef(target, draft, known_kind=kind if draft is not None else "")
 
 
 def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
@@ -230,15 +256,20 @@ def found_notes(ref: PairRef, pair: ModelPair) -> list[str]:
     return notes
 
 
-def _is_drafter_file(path: Path) -> bool:
-    """Whether `path` is a drafter in a file of its own (EAGLE-3, DFlash, MTP heads alone)."""
+def _file_kind(path: Path) -> str | None:
+    """The drafter kind a file is from its header ("": a model); None when the header cannot
+    be read (the preflight says what is wrong with it)."""
     from tandem.engine.gguf_file import read_gguf
-    from tandem.engine.sidecar import sidecar_kind
 
     try:
-        return sidecar_kind(read_gguf(path, check_data=False)) is not None
+        s = registry.classify(read_gguf(path, check_data=False))
     except TandemError:
-        return True  # (kept: the preflight says what is wrong with it)
+        return None
+    return s.name if s is not None else ""
+
+
+# What a target can draft with alone: its own heads, or the text.
+_ALONE = (Needs.HEADS, Needs.NOTHING)
 
 
 def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:
@@ -247,9 +278,10 @@ def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> Pair
     assert request.pair is not None
     spec = load_catalog(request.catalog).get(request.pair)
     if needs.need_draft and spec.draft is None:
+        alone = [*(s.name for s in registry.KINDS if s.choosable and s.needs in _ALONE), registry.AUTO]
         raise TandemError(
             f"pair {spec.name} has no draft model (its target drafts with its own heads): use "
-            "--drafter mtp, auto or lookup"
+            f"--drafter {', '.join(alone[:-1])} or {alone[-1]}"
         )
     with_draft = spec.draft is not None and (needs.use_draft or needs.need_draft)
     files = list(spec.files) if with_draft else [spec.target]
