@@ -5,6 +5,7 @@ day one crosses a line.
     session    nothing of the front-ends (ui, cli, server) nor the bench
     catalog    nothing of session, the front-ends or the bench
     ui, cli, server   never each other, except where the command line starts the others
+    ui, cli, server, bench   of the engine, only its face (`tandem.engine`, its __init__.py)
 
 Every import counts: at the top, inside functions (lazy imports) and under TYPE_CHECKING (a
 type is a dependency too); relative imports are resolved. Modules are read as text (ast), not
@@ -22,6 +23,8 @@ import pytest
 
 from source_tree import parse
 
+pytestmark = pytest.mark.fast  # pure logic over source text: the fast lane
+
 PACKAGE = "tandem"  # the importable package's name: the one word the package rename changes here
 
 # layer -> the layers it must not import.
@@ -34,6 +37,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "cli": frozenset({"ui", "server"}),
 }
 NO_TEXTUAL = frozenset({"engine", "session", "catalog"})  # (nor do they draw anything)
+# The front-ends use the engine through its face alone: what they need is exported there.
+FACE_ONLY = frozenset({"ui", "cli", "server", "bench"})
 
 # The command line starts the other front-ends: `tandem chat` opens the app, `tandem serve`
 # runs the server. These launch points (module -> what it may import) are the only crossings.
@@ -102,6 +107,8 @@ def violations(source: str, module: str, *, is_package: bool = False) -> list[st
         other = target.split(".")[0]
         if other in FORBIDDEN.get(layer, ()) and (module, target) not in LAUNCHERS:
             found.append(f"{module}:{line} imports {PACKAGE}.{target}")
+        elif layer in FACE_ONLY and other == "engine" and target != "engine":
+            found.append(f"{module}:{line} imports {PACKAGE}.{target}, not the engine's face")
     return found
 
 
@@ -128,6 +135,8 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
         ("from textual.app import App", "engine.model", "imports textual.app"),
         ("from textual.app import App", "session.collect", "imports textual.app"),
         (f"from {PACKAGE}.server import create_app", "cli.run_cmd", "imports app.server"),
+        (f"from {PACKAGE}.engine.stats import Tally", "ui.live_stats", "not the engine's face"),
+        ("from ..engine.drafters import registry", "bench.report", "not the engine's face"),
     ],
 )
 def test_the_check_sees_each_kind_of_crossing(source: str, module: str, crossing: str) -> None:
@@ -141,3 +150,5 @@ def test_the_check_lets_allowed_imports_through() -> None:
     assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.chat_cmd") == []  # a launcher
     assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.run_cmd") != []  # not one
     assert violations("from .drafters import lookup", "engine", is_package=True) == []
+    assert violations(f"from {PACKAGE}.engine import Tally", "ui.live_stats") == []  # the face
+    assert violations(f"from {PACKAGE}.engine.drafters import registry", "session.pairs") == []

@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.engine.costs import MeasuredCosts
-from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
-from tandem.engine.events import RoundEvent
+from tandem.engine import AdaptivePolicy, CostModel, FixedPolicy, MeasuredCosts, RoundEvent
 
 Policy = AdaptivePolicy | FixedPolicy
 

@@ -24,8 +24,7 @@ from tandem.bench.settings import parse_drafters, parse_settings
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from tandem.cli.process import peak_rss_bytes
-from tandem.engine import TandemError, drafter_choices
-from tandem.engine.costs import mean_costs, measure_costs
+from tandem.engine import TandemError, drafter_choices, mean_costs, measure_costs
 from tandem.session.choices import generation_config, load_options
 from tandem.session.drafting import exact_note
 from tandem.session.pairs import DraftNeeds, load_pair, resolve_pair

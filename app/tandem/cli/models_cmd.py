@@ -14,7 +14,7 @@ from tandem.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from tandem.catalog.hub_cache import hub_cache_dir
 from tandem.catalog.units import format_bytes, format_params
 from tandem.cli.options import ModelsOptions, models_options
-from tandem.engine.recurrence import describe, rollback_of, state_kind
+from tandem.engine import describe_state, rollback_of, state_kind
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,8 +126,8 @@ def models(args: ModelsOptions) -> int:
                 m.name,
                 m.architecture
                 + (
-                    f" ({m.sidecar or describe(m.architecture)})"
-                    if m.sidecar or describe(m.architecture)
+                    f" ({m.sidecar or describe_state(m.architecture)})"
+                    if m.sidecar or describe_state(m.architecture)
                     else ""
                 ),
                 format_params(m.n_params),

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tandem.engine import (
+    ADAPTIVE_K_MAX,
     DRAFT_MAX_LIMIT,
+    FIXED_K,
+    RPC_PORT_DEFAULT,
     GenerationConfig,
     LoadOptions,
     SamplerSettings,
     drafter_choices,
     drafter_help,
 )
-from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K, RPC_PORT_DEFAULT
 from tandem.session.choices import Choices
 from tandem.session.pairs import PairRequest
 

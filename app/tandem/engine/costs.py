@@ -14,11 +14,13 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .drafters import registry
 from .drafters.lookup import LookupDrafter
-from .model import LoadedModel
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import devices, exact, hidden_rows, llama_log, rpc, threads
+from . import devices, exact, exact_kernels, hidden_rows, llama_log, rpc, threads
 from .config import LoadOptions
 from .errors import ContextOverflowError, GenerationError, ModelLoadError
 from .gguf_file import GGUFInfo, read_gguf
@@ -176,7 +176,7 @@ class LoadedModel(KvMirror, Vocabulary):
         # read run ggml's reference kernels (generation.py sets it; prefill stays fast).
         self.exact = False
         self._exact_plan: exact.ExactPlan | None = None
-        self._reference: exact.ReferenceKernels | None = None  # bound with the plan
+        self._reference: exact_kernels.ReferenceKernels | None = None  # bound with the plan
         # Told of every decode (DecodeListener); attached after loading (pair.py asks each drafter
         # kind whether it follows the target's decodes).
         self.listeners: list[DecodeListener] = []
@@ -335,16 +335,16 @@ class LoadedModel(KvMirror, Vocabulary):
         return self._exact_plan
 
     def _plan_exactness(self) -> exact.ExactPlan:
-        if not exact.available():
+        if not exact_kernels.available():
             return exact.ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
-        self._reference = ref = exact.ReferenceKernels(self.ctx)
+        self._reference = ref = exact_kernels.ReferenceKernels(self.ctx)
         return exact.plan(
             backends=ref.backends,
             cpu_backends=ref.cpu_backends,
             flash_attn_off=self.options.flash_attn_type == 0,
             recurrent=self.recurrent,
             float_matrices=exact.float_matrices(self.info),
-            buffers=exact.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
+            buffers=exact_kernels.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
         )
 
     @property

@@ -20,14 +20,17 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import GenerationConfig
 from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from .drafters import registry
 from .drafters.spec import BuildContext, Drafter, DrafterSpec, Policy, RoundView
 from .events import RoundEvent
-from .model import DecodeListener, LoadedModel
 from .round import PLAIN, Plan
+
+if TYPE_CHECKING:
+    from .model import DecodeListener, LoadedModel
 
 # Per round, how much the recent share of free-drafter tokens forgets (about 10 rounds).
 _SHARE_DECAY = 0.9

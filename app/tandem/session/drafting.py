@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
-from tandem.engine import ModelPair
+from typing import TYPE_CHECKING
+
 from tandem.engine.config import DrafterChoice, GenerationConfig
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 def drafters_used(pair: ModelPair, drafter: DrafterChoice) -> list[str]:

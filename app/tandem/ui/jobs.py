@@ -14,10 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tandem.engine import ChatPrompt, Event, GenerationConfig, ModelPair, TandemError
+from tandem.engine import ChatPrompt, Event, GenerationConfig, TandemError
 from tandem.session.pairs import PairRef
 from tandem.session.prompts import with_reasoning
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 class LoadedPair:

@@ -22,7 +22,7 @@ from typing import Any
 import platformdirs
 from filelock import FileLock
 
-from tandem.engine.small_files import read_small_text
+from tandem.engine import read_small_text
 
 APP_NAME = "tandem"
 # The lock is held for one read and one small write (milliseconds); waiting longer than this

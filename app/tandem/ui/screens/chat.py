@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import Footer, Header, Input, Static
 
-from tandem.engine import ChatPrompt, DoneEvent, ModelPair
+from tandem.engine import ChatPrompt, DoneEvent
 from tandem.session.prompts import FittingChatPrompt, system_folded_note, thinking_note
 from tandem.ui.conversations import Conversation, Turn, encode_spans
 from tandem.ui.jobs import GenerationJob, JobFailed
@@ -34,6 +34,7 @@ from tandem.ui.widgets.token_text import Piece
 from tandem.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
+    from tandem.engine import ModelPair
     from tandem.ui.app import TandemApp
 
 # The numbers are redrawn at most every STATS_S while streaming (tokens: once a frame,

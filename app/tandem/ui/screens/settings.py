@@ -13,14 +13,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from tandem.engine import (
+    ADAPTIVE_K_MAX,
     AUTO_DRAFTER,
     DRAFT_MAX_LIMIT,
+    FIXED_K,
     LoadOptions,
     TandemError,
     drafter_choices,
     drafter_label,
 )
-from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K
 from tandem.ui.settings import Settings
 
 DRAFTER_LABELS: dict[str, str] = {

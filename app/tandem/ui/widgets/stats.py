@@ -9,8 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tandem.engine import AUTO_DRAFTER, Origin
-from tandem.engine.stats import DrafterStats, KindRounds
+from tandem.engine import AUTO_DRAFTER, DrafterStats, KindRounds, Origin
 from tandem.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from tandem.ui.live_stats import PartCounts
 from tandem.ui.widgets.pass_chart import PassChart
