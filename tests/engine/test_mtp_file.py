@@ -19,8 +19,9 @@ from tandem.engine import ChatMessage, ModelPair, TandemError
 from tandem.engine.drafters.heads.mtp import head_of
 from tandem.engine.drafters.registry import check_file, classify
 from tandem.engine.gguf_file import read_gguf
-from tandem.session.pairs import DraftNeeds, PairRequest, resolve_pair
+from tandem.session.pairs import resolve_pair
 from tandem.session.preflight import preflight
+from tandem.session.refs import DraftNeeds, PairRequest
 
 PROMPTS = ["Write a story about the ocean and a lighthouse keeper.", "Explain in detail why the sky is blue."]
 

@@ -21,8 +21,8 @@ from tandem.cli.main import main
 from tandem.engine import ModelPair, TandemError
 from tandem.engine.drafters.registry import check_file, named, read_file
 from tandem.engine.gguf_file import read_gguf
-from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import preflight
+from tandem.session.refs import DraftNeeds, PairRef
 
 E3 = model_files.tiny_eagle3_model
 DF = model_files.tiny_dflash_model

@@ -14,7 +14,8 @@ from tandem.catalog import ModelFile, PairSpec, download_file, pull_pair
 from tandem.engine import LoadOptions, ModelPair, TandemError
 from tandem.engine.drafters.heads.mtp import head_of
 from tandem.session.drafting import drafted_by, no_draft_note
-from tandem.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
+from tandem.session.pairs import resolve_pair
+from tandem.session.refs import DraftNeeds, PairRef, PairRequest
 
 
 def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:

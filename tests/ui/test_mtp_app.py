@@ -16,7 +16,7 @@ from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_
 from hub_server import FakeHub
 from tandem.engine import Origin
 from tandem.engine.drafters.heads.mtp import head_of
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.screens.settings import SettingsScreen

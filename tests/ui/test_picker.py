@@ -13,7 +13,7 @@ from ui_helpers import in_lm_studio, picker, run_app, text_of, wait_for, wait_re
 import model_files
 from catalogs import TINY_ONLY_CATALOG, install_catalog
 from hub_server import FakeHub
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.storage import AppDirs, read_json

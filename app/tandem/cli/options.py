@@ -26,7 +26,7 @@ from tandem.engine import (
     drafter_help,
 )
 from tandem.session.choices import Choices
-from tandem.session.pairs import PairRequest
+from tandem.session.refs import PairRequest
 
 _SAMPLER = SamplerSettings()
 _LOAD = LoadOptions()

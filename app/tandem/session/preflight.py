@@ -26,7 +26,7 @@ from tandem.engine.gguf_file import GGUFInfo, read_gguf
 
 if TYPE_CHECKING:
     from tandem.catalog.fit import FitVerdict
-    from tandem.session.pairs import DraftNeeds, PairRef
+    from tandem.session.refs import DraftNeeds, PairRef
 
 # What to do instead when a target without draft heads is asked to draft alone, in the app's
 # terms (the command line's is the kind's own: drafters/heads/mtp.py).

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tandem.engine import ChatPrompt, Event, GenerationConfig, TandemError
-from tandem.session.pairs import PairRef
 from tandem.session.prompts import with_reasoning
+from tandem.session.refs import PairRef
 
 if TYPE_CHECKING:
     from tandem.engine import ModelPair

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from tandem.catalog import BUILTIN_DRAFTER_LABEL, Companion
 from tandem.catalog.units import format_bytes, format_params
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.jobs import failure_text
 from tandem.ui.messages import DiskReady
 from tandem.ui.pairs import DiskModel, disk_models
