@@ -152,3 +152,60 @@ def test_the_check_lets_allowed_imports_through() -> None:
     assert violations("from .drafters import lookup", "engine", is_package=True) == []
     assert violations(f"from {PACKAGE}.engine import Tally", "ui.live_stats") == []  # the face
     assert violations(f"from {PACKAGE}.engine.drafters import registry", "session.pairs") == []
+
+
+# Where a word that is a drafter kind's name may stand outside engine/drafters/ as code (a
+# string), and why: every other place asks the registry (drafters/registry.py).
+KIND_WORDS_ALLOWED: dict[tuple[str, str], str] = {
+    ("catalog/spec.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
+    ("engine/model.py", "model"): "a model's role in messages",
+    ("server/api.py", "model"): "OpenAI's `model` field",
+    ("server/chunks.py", "model"): "OpenAI's `model` field",
+    ("ui/picker/disk_tab.py", "model"): "a column: the model file",
+    ("engine/native_checks.py", "eagle3"): "llama.cpp's graph builders, by architecture",
+    ("engine/native_checks.py", "dflash"): "llama.cpp's graph builders, by architecture",
+}
+
+
+def kind_words(source: str, kinds: set[str], prefixes: tuple[str, ...]) -> Iterator[tuple[str, int]]:
+    """(the string, its line) for each string in `source`, docstrings aside, that is a kind's
+    name, names one after --drafter, or starts with a kind's file-name prefix."""
+    tree = parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+            continue
+        text = node.value
+        words = set(text.replace("--drafter ", "--drafter=").split())
+        if text in kinds or text.startswith(prefixes) or any(f"--drafter={k}" in words for k in kinds):
+            yield text, node.lineno
+
+
+def test_no_code_outside_the_drafters_spells_a_kind() -> None:
+    from tandem.engine.drafters import registry
+
+    kinds = {s.name for s in registry.KINDS}
+    prefixes = tuple(p for s in registry.KINDS if s.files is not None for p in s.files.prefixes)
+    root = package_dir()
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        where = f.relative_to(root).as_posix()
+        if where.startswith("engine/drafters/"):
+            continue
+        for text, line in kind_words(f.read_text(encoding="utf-8"), kinds, prefixes):
+            if (where, text) not in KIND_WORDS_ALLOWED:
+                found.append(f"{where}:{line} {text!r}")
+    assert not found, "kinds spelled outside engine/drafters/ (ask the registry):\n" + "\n".join(found)
+
+
+def test_the_kind_check_sees_a_kind_spelled() -> None:
+    kinds, prefixes = {"mtp", "lookup"}, ("eagle3-",)
+    source = 'K = "mtp"\nM = f"use --drafter lookup {x}"\nN = "eagle3-x.gguf"\ndef f():\n    """mtp"""\n'
+    assert sorted(line for _, line in kind_words(source, kinds, prefixes)) == [1, 2, 3]

@@ -23,10 +23,12 @@ from .config import (
 from .costs import MeasuredCosts, mean_costs, measure_costs
 from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from .drafters.registry import AUTO as AUTO_DRAFTER
+from .drafters.registry import across_tokenizers as drafter_across_tokenizers
 from .drafters.registry import choices as drafter_choices
 from .drafters.registry import help_text as drafter_help
 from .drafters.registry import label as drafter_label
 from .drafters.registry import names as drafter_kinds
+from .drafters.registry import own_heads as drafter_of_own_heads
 from .drafters.registry import uses_draft_model
 from .errors import (
     ContextOverflowError,
@@ -131,10 +133,12 @@ __all__ = [
     "check_pair",
     "compatibility_problems",
     "describe_state",
+    "drafter_across_tokenizers",
     "drafter_choices",
     "drafter_help",
     "drafter_kinds",
     "drafter_label",
+    "drafter_of_own_heads",
     "mean_costs",
     "measure_costs",
     "read_gguf",

@@ -53,9 +53,10 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
         )
     if needs.need_draft and request.draft is None:
+        text = next(s.name for s in registry.KINDS if s.needs is Needs.NOTHING)  # (prompt lookup)
         raise TandemError(
-            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
-            "with --drafter lookup (or run the target alone with --baseline)"
+            "the drafter asked for needs a draft model: add --draft PATH, or draft from the "
+            f"context with --drafter {text} (or run the target alone with --baseline)"
         )
     target = request.target.expanduser()
     draft = request.draft.expanduser() if request.draft is not None else None

@@ -402,4 +402,5 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(untimed_rank=2),
+    across_tokenizers=True,
 )

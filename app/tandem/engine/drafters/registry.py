@@ -65,6 +65,16 @@ def help_text() -> str:
     return "; ".join([*(f"{s.name}: {s.words.help}" for s in KINDS if s.choosable), f"{AUTO}: {AUTO_HELP}"])
 
 
+def across_tokenizers() -> str:
+    """The kind that drafts with a draft model of another tokenizer."""
+    return next(s.name for s in KINDS if s.across_tokenizers)
+
+
+def own_heads() -> str:
+    """The kind that drafts with the target's own heads."""
+    return next(s.name for s in KINDS if s.needs is Needs.HEADS)
+
+
 def chosen(choice: str) -> tuple[DrafterSpec, ...]:
     """The kinds a choice names: every kind for auto, else the one."""
     if choice == AUTO:

@@ -242,6 +242,9 @@ class DrafterSpec:
     files: Files | None = None
     # Whether a user may choose it alone (--drafter); a composition is not.
     choosable: bool = True
+    # It drafts with a draft model of another tokenizer than the target's (the front-ends name
+    # it where they list such drafts).
+    across_tokenizers: bool = False
     # Attach to a freshly loaded target what follows its decodes (the heads); None: nothing.
     attach: Callable[[LoadedModel], object] | None = None
     # Of the target's decode outputs, which it listens to (for documentation and notes).
