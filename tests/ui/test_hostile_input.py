@@ -170,7 +170,7 @@ def test_the_app_starts_past_app_files_that_are_not_files(dirs: AppDirs, tiny_re
     started: list[TandemApp] = []
 
     def start() -> None:
-        app = TandemApp(dirs=dirs, pair=tiny_ref, calibrate_speed=False)
+        app = TandemApp(dirs=dirs, pair=tiny_ref)
         started.append(app)
 
         async def scenario(pilot: Pilot[None]) -> None:

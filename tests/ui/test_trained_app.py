@@ -76,7 +76,7 @@ def test_tandem_chat_with_a_target_alone_skips_a_companion_that_cannot_load(
     )
     good = link_or_copy(trained.dflash(), folder / "dflash-good.gguf")
     opts = ChatOptions(PairRequest(target=target), False, None, None, 1, None)
-    app = app_for(opts, dirs=dirs, calibrate_speed=False)
+    app = app_for(opts, dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: app.loaded is not None, 30, "load")
