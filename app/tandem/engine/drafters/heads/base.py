@@ -24,19 +24,21 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ...errors import GenerationError, ModelLoadError
+from ...gguf_info import GGUFInfo
 from ...prefix import common_prefix
 from ...sampling import NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
-from ..spec import DrafterBase
+from ..spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Files, Needs, Traits, Words
+from .files import DrafterFacts, described, layer_problems
 
 if TYPE_CHECKING:
     from ...model import LoadedModel
@@ -252,14 +254,16 @@ class EntryHead(Head):
         return ctx.logits(idx)
 
 
-class HeadDrafter(DrafterBase):
-    """Drafting autoregressively with an EntryHead: the first step catches up, each further
-    step feeds the head its own row. Greedy, or q = the head's distribution after the same
-    sampler settings as the target's, so the acceptance test keeps the output the target's."""
+H = TypeVar("H", bound=Head)
+
+
+class HeadDrafterBase(DrafterBase, Generic[H]):
+    """A drafter over a head: it rolls back as the target does, and it is what follows the
+    target's decodes for a generation that uses it."""
 
     def __init__(
         self,
-        head: EntryHead,
+        head: H,
         sampler: SamplerSettings,
         rng: random.Random,
         p_min: float,
@@ -270,6 +274,18 @@ class HeadDrafter(DrafterBase):
         self.rng = rng
         self.p_min = p_min
         self.cancel = cancel
+
+    def accept(self, keep: int) -> None:
+        self.head.truncate(keep)
+
+    def listener(self) -> H:
+        return self.head
+
+
+class HeadDrafter(HeadDrafterBase[EntryHead]):
+    """Drafting autoregressively with an EntryHead: the first step catches up, each further
+    step feeds the head its own row. Greedy, or q = the head's distribution after the same
+    sampler settings as the target's, so the acceptance test keeps the output the target's."""
 
     def draft(self, history: Sequence[int], k: int) -> Proposal:
         out = Proposal()
@@ -307,8 +323,93 @@ class HeadDrafter(DrafterBase):
             head.end_draft()
         return out
 
-    def accept(self, keep: int) -> None:
-        self.head.truncate(keep)
 
-    def listener(self) -> Head:
-        return self.head
+def attached(target: LoadedModel, cls: type[H]) -> H | None:
+    """The head of this class attached to the target, if any."""
+    return next((x for x in target.listeners if isinstance(x, cls)), None)
+
+
+def attach_trained(target: LoadedModel, path: Path, info: GGUFInfo, make: Callable[..., H]) -> H:
+    """Load a checked trained drafter's file beside the target, as one of its listeners."""
+    refuse_unsupported(path)
+    head = make(target, path, info)
+    target.listeners.append(head)
+    return head
+
+
+class TrainedHead(Head):
+    """A trained drafter's head: what it knows of its file (EAGLE-3, DFlash)."""
+
+    path: Path
+    facts: DrafterFacts
+
+    @property
+    def label(self) -> str:
+        return self.facts.label
+
+    @property
+    def subject(self) -> str:
+        return f"{self.path.name} ({described(self.label)})"
+
+
+T = TypeVar("T", bound=TrainedHead)
+
+
+def trained_spec(
+    kind: str,
+    words: Words,
+    *,
+    head: type[T],
+    drafter: Callable[[T, BuildContext], Drafter],
+    read: Callable[[GGUFInfo], DrafterFacts],
+    arch: str,
+    prefixes: tuple[str, ...],
+    rank: int,
+) -> DrafterSpec:
+    """The spec of a trained drafter in a file of its own (EAGLE-3, DFlash): it needs that file
+    beside the target, as a `head` among the target's listeners, and drafts with `drafter`; it
+    reads the target's layer rows, is checked by the layers it reads, and runs where this
+    build has the calls it needs. Its words name the file when one is attached."""
+
+    def build(ctx: BuildContext) -> Drafter | None:
+        found = attached(ctx.target, head)
+        return None if found is None else drafter(found, ctx)
+
+    def missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+        if attached(target, head) is not None:
+            return None
+        first, *others = (f"{p}*.gguf" if i == 0 else f"{p}*" for i, p in enumerate(prefixes))
+        also = f" (or {', '.join(others)})" if others else ""
+        return (
+            f"no {words.label} is loaded for {target.path.name}: give the {first}{also} trained for it "
+            "as the draft (--draft), or draft another way (--drafter auto)"
+        )
+
+    def phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
+        found = attached(target, head)
+        return f"{found.path.name} ({found.label})" if found is not None else described(words.label)
+
+    def load(target: LoadedModel, path: Path, info: GGUFInfo) -> T:
+        return attach_trained(target, path, info, head)
+
+    return DrafterSpec(
+        name=kind,
+        words=replace(words, phrase=phrase),
+        needs=Needs.SIDECAR,
+        build=build,
+        missing=missing,
+        traits=Traits(untimed_rank=1),
+        listens=("layer rows",),
+        files=Files(
+            label=words.label,
+            what=described(words.label),
+            read=read,
+            check=lambda target, facts, info: layer_problems(target, facts),
+            load=load,
+            supported=trained_supported,
+            unsupported=trained_unsupported,
+            archs=(arch,),
+            prefixes=prefixes,
+            rank=rank,
+        ),
+    )

@@ -41,25 +41,18 @@ from ...gguf_info import GGUFInfo
 from ...sampling import Dist, NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
 from ..spec import (
-    BuildContext,
-    Drafter,
-    DrafterBase,
-    DrafterSpec,
-    Files,
-    Needs,
     Offer,
     RoundView,
-    Traits,
     Words,
 )
 from .base import (
     FLUSH_ROWS,
-    Head,
-    refuse_unsupported,
-    trained_supported,
-    trained_unsupported,
+    HeadDrafterBase,
+    TrainedHead,
+    attached,
+    trained_spec,
 )
-from .files import DrafterFacts, d2t_rows, described, layer_problems, positive, target_layers, unusable
+from .files import DrafterFacts, read_trained
 
 if TYPE_CHECKING:
     from ...model import LoadedModel
@@ -72,7 +65,7 @@ MAX_BLOCK_SIZE = 256
 DEFAULT_BLOCK_SIZE = 16  # llama.cpp's when the header does not say
 
 
-class DFlashHead(Head):
+class DFlashHead(TrainedHead):
     """One DFlash (DSpark, DFlash2) drafter beside one target, kept in step with its decodes.
     Its entries are the target's positions whose rows went into its cache (`injected`)."""
 
@@ -94,14 +87,6 @@ class DFlashHead(Head):
         self.mask = facts.mask_token
         width = len(facts.layers) * context.n_embd_target
         self._waiting = np.zeros((FLUSH_ROWS + 64, width), dtype=np.float32)  # row i: injected + i
-
-    @property
-    def label(self) -> str:
-        return self.facts.label
-
-    @property
-    def subject(self) -> str:
-        return f"{self.path.name} ({described(self.label)})"
 
     @property
     def injected(self) -> int:
@@ -175,7 +160,7 @@ class DFlashHead(Head):
         return rows, caught_up, time.perf_counter() - t0
 
 
-class DFlashDrafter(DrafterBase):
+class DFlashDrafter(HeadDrafterBase[DFlashHead]):
     kind = KIND
 
     def __init__(
@@ -187,11 +172,7 @@ class DFlashDrafter(DrafterBase):
         cancel: threading.Event | None,
         costs: CostModel,
     ) -> None:
-        self.head = head
-        self.sampler = sampler
-        self.rng = rng
-        self.p_min = p_min
-        self.cancel = cancel
+        super().__init__(head, sampler, rng, p_min, cancel)
         self.costs = costs
         self._warm = False  # a generation's first block runs cold: its time would mislead
 
@@ -259,39 +240,19 @@ class DFlashDrafter(DrafterBase):
             guesses.append((token, q))
         return guesses
 
-    def accept(self, keep: int) -> None:
-        self.head.truncate(keep)
-
     def offer(self, view: RoundView) -> Offer | None:
         k, rate = view.policies[self.kind].plan(min(view.budget, self.head.facts.max_draft))
         return Offer(rate, k)
 
-    def listener(self) -> DFlashHead:
-        return self.head
-
 
 def head_of(target: LoadedModel) -> DFlashHead | None:
     """The DFlash drafter attached to the target, if any."""
-    return next((x for x in target.listeners if isinstance(x, DFlashHead)), None)
-
-
-def attach(target: LoadedModel, path: Path, info: GGUFInfo) -> DFlashHead:
-    """Load a checked DFlash file beside the target, as one of its decode listeners."""
-    refuse_unsupported(path)
-    head = DFlashHead(target, path, info)
-    target.listeners.append(head)
-    return head
+    return attached(target, DFlashHead)
 
 
 def _read(info: GGUFInfo) -> DrafterFacts:
-    bad = unusable(info, "DFlash")
-    layers = target_layers(info, ARCH, bad)
-    n_embd = positive(info, f"{ARCH}.embedding_length")
-    if n_embd is None:
-        raise bad(f"its header has no valid width ({ARCH}.embedding_length)")
-    tensors = {t.name: t for t in info.tensors}
-    own_embd, own_head = "token_embd.weight" in tensors, "output.weight" in tensors
-    draft_vocab = d2t_rows(info, tensors, bad, own_head=own_head)
+    h = read_trained(info, ARCH, "DFlash")
+    bad, tensors = h.bad, h.tensors
     block = info.get(f"{ARCH}.block_size", DEFAULT_BLOCK_SIZE)
     if not isinstance(block, int) or isinstance(block, bool) or not MIN_BLOCK_SIZE <= block <= MAX_BLOCK_SIZE:
         raise bad(f"its block size is {block!r}; a block has {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE} positions")
@@ -305,68 +266,24 @@ def _read(info: GGUFInfo) -> DrafterFacts:
     anchor = dspark and info.get(f"{ARCH}.sample_from_anchor", True) is not False
     slots = block if anchor else block - 1  # the block's open positions
     # The drafter's rows are fused from the target's at its own width (fc: layers x n_embd).
-    return DrafterFacts(
-        KIND,
-        f"{variant} drafter",
-        variant,
-        layers,
-        n_embd,
-        n_embd,
-        max(1, min(DRAFT_MAX_LIMIT, slots)),
-        block_size=block,
-        anchor_first=anchor,
-        mask_token=mask,
-        draft_vocab=draft_vocab,
-        own_embeddings=own_embd,
-        own_head=own_head,
-    )
+    max_draft = max(1, min(DRAFT_MAX_LIMIT, slots))
+    return h.facts(KIND, variant, h.n_embd, max_draft, block_size=block, anchor_first=anchor, mask_token=mask)
 
 
-def _build(ctx: BuildContext) -> Drafter | None:
-    head = head_of(ctx.target)
-    if head is None:
-        return None
-    return DFlashDrafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel, ctx.costs)
-
-
-def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
-    if head_of(target) is not None:
-        return None
-    return (
-        f"no DFlash drafter is loaded for {target.path.name}: give the dflash-*.gguf (or dspark-*) "
-        "trained for it as the draft (--draft), or draft another way (--drafter auto)"
-    )
-
-
-def _phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
-    head = head_of(target)
-    return f"{head.path.name} ({head.label})" if head is not None else "a DFlash drafter"
-
-
-SPEC = DrafterSpec(
-    name=KIND,
-    words=Words(
+SPEC = trained_spec(
+    KIND,
+    Words(
         label="DFlash drafter",
         help="a DFlash (DSpark) drafter trained for the target, given as --draft or beside it "
         "(dflash-*.gguf, dspark-*.gguf)",
         note="its DFlash drafter",
-        phrase=_phrase,
     ),
-    needs=Needs.SIDECAR,
-    build=_build,
-    missing=_missing,
-    traits=Traits(untimed_rank=1),
-    listens=("layer rows",),
-    files=Files(
-        label="DFlash drafter",
-        what="a DFlash drafter",
-        read=_read,
-        check=lambda target, facts, info: layer_problems(target, facts),
-        load=attach,
-        supported=trained_supported,
-        unsupported=trained_unsupported,
-        archs=(ARCH,),
-        prefixes=("dflash-", "dspark-"),
-        rank=1,  # (its block is the cheapest pass)
+    head=DFlashHead,
+    drafter=lambda head, ctx: DFlashDrafter(
+        head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel, ctx.costs
     ),
+    read=_read,
+    arch=ARCH,
+    prefixes=("dflash-", "dspark-"),
+    rank=1,  # (its block is the cheapest pass)
 )

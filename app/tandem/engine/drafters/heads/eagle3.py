@@ -23,9 +23,15 @@ import numpy.typing as npt
 
 from ...config import DRAFT_MAX_LIMIT
 from ...gguf_info import GGUFInfo
-from ..spec import BuildContext, Drafter, DrafterSpec, Files, Needs, Traits, Words
-from .base import EntryHead, HeadDrafter, refuse_unsupported, trained_supported, trained_unsupported
-from .files import DrafterFacts, d2t_rows, described, layer_problems, positive, target_layers, unusable
+from ..spec import Words
+from .base import (
+    EntryHead,
+    HeadDrafter,
+    TrainedHead,
+    attached,
+    trained_spec,
+)
+from .files import DrafterFacts, positive, read_trained
 
 if TYPE_CHECKING:
     from ...model import LoadedModel
@@ -38,7 +44,7 @@ LAYERS = 3  # EAGLE-3 fuses exactly three of the target's layers
 ENCODE_CHUNK = 16
 
 
-class Eagle3Head(EntryHead):
+class Eagle3Head(TrainedHead, EntryHead):
     """One EAGLE-3 drafter beside one target, kept in step with the target's decodes."""
 
     offset = 1  # entry p: (x_{p+1}, g_p)
@@ -55,14 +61,6 @@ class Eagle3Head(EntryHead):
         )
         super().__init__(target, context, context.n_embd)
         context.extra_rows(own=True)  # its encoder's rows, and each output entry's pre-norm row
-
-    @property
-    def label(self) -> str:
-        return self.facts.label
-
-    @property
-    def subject(self) -> str:
-        return f"{self.path.name} ({described(self.label)})"
 
     def _follow(self, on: bool) -> None:
         if on:
@@ -93,91 +91,32 @@ class Eagle3Drafter(HeadDrafter):
 
 def head_of(target: LoadedModel) -> Eagle3Head | None:
     """The EAGLE-3 drafter attached to the target, if any."""
-    return next((x for x in target.listeners if isinstance(x, Eagle3Head)), None)
-
-
-def attach(target: LoadedModel, path: Path, info: GGUFInfo) -> Eagle3Head:
-    """Load a checked EAGLE-3 file beside the target, as one of its decode listeners."""
-    refuse_unsupported(path)
-    head = Eagle3Head(target, path, info)
-    target.listeners.append(head)
-    return head
+    return attached(target, Eagle3Head)
 
 
 def _read(info: GGUFInfo) -> DrafterFacts:
-    bad = unusable(info, "EAGLE-3")
-    layers = target_layers(info, ARCH, bad)
-    n_embd = positive(info, f"{ARCH}.embedding_length")
-    if n_embd is None:
-        raise bad(f"its header has no valid width ({ARCH}.embedding_length)")
-    tensors = {t.name: t for t in info.tensors}
-    own_embd, own_head = "token_embd.weight" in tensors, "output.weight" in tensors
-    draft_vocab = d2t_rows(info, tensors, bad, own_head=own_head)
-    if len(layers) != LAYERS:
-        raise bad(f"EAGLE-3 reads exactly {LAYERS} target layers, its header lists {len(layers)}")
+    h = read_trained(info, ARCH, "EAGLE-3")
+    if len(h.layers) != LAYERS:
+        raise h.bad(f"EAGLE-3 reads exactly {LAYERS} target layers, its header lists {len(h.layers)}")
     hidden = positive(info, f"{ARCH}.target_hidden_size")
     if hidden is None:
-        raise bad(f"its header does not say the target's width ({ARCH}.target_hidden_size)")
+        raise h.bad(f"its header does not say the target's width ({ARCH}.target_hidden_size)")
     if info.get(f"{ARCH}.block_count") != 1:
-        raise bad(f"EAGLE-3 has one decoder layer, its header says {info.get(f'{ARCH}.block_count')}")
-    return DrafterFacts(
-        KIND,
-        "EAGLE-3 drafter",
-        "EAGLE-3",
-        layers,
-        n_embd,
-        hidden,
-        DRAFT_MAX_LIMIT,
-        draft_vocab=draft_vocab,
-        own_embeddings=own_embd,
-        own_head=own_head,
-    )
+        raise h.bad(f"EAGLE-3 has one decoder layer, its header says {info.get(f'{ARCH}.block_count')}")
+    return h.facts(KIND, "EAGLE-3", hidden, DRAFT_MAX_LIMIT)
 
 
-def _build(ctx: BuildContext) -> Drafter | None:
-    head = head_of(ctx.target)
-    if head is None:
-        return None
-    return Eagle3Drafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
-
-
-def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
-    if head_of(target) is not None:
-        return None
-    return (
-        f"no EAGLE-3 drafter is loaded for {target.path.name}: give the eagle3-*.gguf trained for "
-        "it as the draft (--draft), or draft another way (--drafter auto)"
-    )
-
-
-def _phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
-    head = head_of(target)
-    return f"{head.path.name} ({head.label})" if head is not None else "an EAGLE-3 drafter"
-
-
-SPEC = DrafterSpec(
-    name=KIND,
-    words=Words(
+SPEC = trained_spec(
+    KIND,
+    Words(
         label="EAGLE-3 drafter",
         help="an EAGLE-3 drafter trained for the target, given as --draft or beside it (eagle3-*.gguf)",
         note="its EAGLE-3 drafter",
-        phrase=_phrase,
     ),
-    needs=Needs.SIDECAR,
-    build=_build,
-    missing=_missing,
-    traits=Traits(untimed_rank=1),
-    listens=("layer rows",),
-    files=Files(
-        label="EAGLE-3 drafter",
-        what="an EAGLE-3 drafter",
-        read=_read,
-        check=lambda target, facts, info: layer_problems(target, facts),
-        load=attach,
-        supported=trained_supported,
-        unsupported=trained_unsupported,
-        archs=(ARCH,),
-        prefixes=("eagle3-",),
-        rank=0,  # (its single layer is the cheapest step)
-    ),
+    head=Eagle3Head,
+    drafter=lambda head, ctx: Eagle3Drafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel),
+    read=_read,
+    arch=ARCH,
+    prefixes=("eagle3-",),
+    rank=0,  # (its single layer is the cheapest step)
 )

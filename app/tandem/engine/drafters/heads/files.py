@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,6 +119,50 @@ def d2t_rows(info: GGUFInfo, tensors: dict[str, TensorInfo], bad: Bad, *, own_he
     if d2t.shape[0] > _MAX_D2T:
         raise bad(f"its d2t table has {d2t.shape[0]:,} rows (real ones: tens of thousands)")
     return int(d2t.shape[0])
+
+
+@dataclass(frozen=True)
+class TrainedHeader:
+    """What every trained drafter's header says alike (its own reader checks the rest)."""
+
+    bad: Bad  # how its reader refuses it
+    layers: tuple[int, ...]
+    n_embd: int
+    tensors: dict[str, TensorInfo]
+    draft_vocab: int
+    own_embeddings: bool
+    own_head: bool
+
+    def facts(self, kind: str, variant: str, target_hidden: int, max_draft: int, **more: Any) -> DrafterFacts:
+        """The drafter's facts: these, and what its own reader found (`more`: DrafterFacts'
+        block_size, anchor_first, mask_token)."""
+        return DrafterFacts(
+            kind,
+            f"{variant} drafter",
+            variant,
+            self.layers,
+            self.n_embd,
+            target_hidden,
+            max_draft,
+            draft_vocab=self.draft_vocab,
+            own_embeddings=self.own_embeddings,
+            own_head=self.own_head,
+            **more,
+        )
+
+
+def read_trained(info: GGUFInfo, arch: str, what: str) -> TrainedHeader:
+    """The layers a trained drafter reads, its width, its own embeddings, head and reduced
+    vocabulary (`{arch}.*` keys), checked as llama.cpp asserts; `what` names it in a refusal."""
+    bad = unusable(info, what)
+    layers = target_layers(info, arch, bad)
+    n_embd = positive(info, f"{arch}.embedding_length")
+    if n_embd is None:
+        raise bad(f"its header has no valid width ({arch}.embedding_length)")
+    tensors = {t.name: t for t in info.tensors}
+    own_embd, own_head = "token_embd.weight" in tensors, "output.weight" in tensors
+    draft_vocab = d2t_rows(info, tensors, bad, own_head=own_head)
+    return TrainedHeader(bad, layers, n_embd, tensors, draft_vocab, own_embd, own_head)
 
 
 def layer_problems(target: GGUFInfo, facts: DrafterFacts) -> list[str]:
