@@ -127,7 +127,7 @@ class LoadOptions:
     # rpc-server endpoints (HOST:PORT) the target's layers are spread over (rpc.py); the draft
     # always stays local. Empty: everything runs here.
     rpc_servers: tuple[str, ...] = ()
-    # Load a target's built-in draft heads (multi-token prediction, mtp.py) when its GGUF has
+    # Load a target's built-in draft heads (multi-token prediction, drafters/heads/mtp.py) when its GGUF has
     # them: one more decoder block's weights and a small context. Off: they stay on disk.
     load_mtp: bool = True
 

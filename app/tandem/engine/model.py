@@ -191,7 +191,7 @@ class LoadedModel(KvMirror, Vocabulary):
         if self._devices is not None:
             mparams.devices = ctypes.addressof(self._devices)
         # The file's own MTP blocks, loaded when asked for and this build can run them (a
-        # listener uses them: mtp.py).
+        # listener uses them: drafters/heads/mtp.py).
         self.mtp_loaded = opts.load_mtp and self.mtp_layers_in_file > 0 and hidden_rows.supported()
         mparams.load_mtp = self.mtp_loaded
         log_mark = llama_log.mark()
@@ -312,7 +312,7 @@ class LoadedModel(KvMirror, Vocabulary):
 
     @property
     def model_ptr(self) -> int:
-        """The llama_model (for a context of another type over the same weights: mtp.py)."""
+        """The llama_model (for a context of another type over the same weights: the MTP heads)."""
         assert self._model is not None
         return self._model
 
