@@ -22,7 +22,14 @@ from .spec import BuildContext, Drafter, DrafterSpec, Needs
 if TYPE_CHECKING:
     from ..model import LoadedModel
 
-KINDS: tuple[DrafterSpec, ...] = (model.SPEC, cross.SPEC, mtp.SPEC, eagle3.SPEC, dflash.SPEC, lookup.SPEC)
+KINDS: tuple[DrafterSpec, ...] = (
+    model.SPEC,
+    cross.SPEC,
+    mtp.SPEC,
+    eagle3.SPEC,
+    dflash.SPEC,
+    lookup.SPEC,
+)
 # Compositions: a pool -> the pool with some drafters combined (the draft model finished by
 # prompt lookup).
 COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.compose,)
