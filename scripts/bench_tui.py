@@ -68,7 +68,7 @@ def tui_run(args: argparse.Namespace) -> dict[str, float]:
 def child(args: argparse.Namespace) -> None:
     """One chat turn in the app, headless; prints the answer's stats as JSON."""
     sys.path.insert(0, str(ROOT))
-    from tandem.session.pairs import PairRef
+    from tandem.session.refs import PairRef
     from tandem.ui.app import TandemApp
     from tandem.ui.settings import Settings, save_settings
     from tandem.ui.storage import AppDirs

@@ -48,7 +48,7 @@ def main() -> int:
     import model_files
     from tandem.engine import LoadOptions, ModelPair
     from tandem.engine.draft_policy import expected_tokens
-    from tandem.engine.mtp import heads_of
+    from tandem.engine.drafters.heads.mtp import head_of
 
     shape = model_files.QWEN35_SHAPES[args.shape]
     print(f"writing/reading the {args.shape}-shaped random model (once: a few GB)...", flush=True)
@@ -56,7 +56,7 @@ def main() -> int:
     opts = LoadOptions(n_ctx=1024, n_threads=args.threads, n_gpu_layers=0)
     prompt_text = "Write a long story about the sea, the wind and an old lighthouse keeper. " * 4
     with ModelPair.load(path, None, opts) as pair:
-        head = heads_of(pair.target)
+        head = head_of(pair.target)
         assert head is not None, "the heads did not load"
         prompt = pair.raw_prompt(prompt_text)
         print(

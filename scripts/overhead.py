@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,10 @@ def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROO
     mode = ["--draft", str(model), "--drafter", "model", "--no-adaptive", "--draft-max", str(k)]
     cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--threads", "1", "--target", str(model)]
     cmd += [*(mode if speculative else ["--baseline"]), "-n", str(n), "--json", PROMPT]
-    stats = json.loads(subprocess.run(cmd, check=True, capture_output=True, cwd=checkout).stdout)["stats"]
+    # Its own code: the venv's install points at this checkout's app/, which PYTHONPATH overrides.
+    env = {**os.environ, "PYTHONPATH": str(checkout / "app")}
+    out = subprocess.run(cmd, check=True, capture_output=True, cwd=checkout, env=env).stdout
+    stats = json.loads(out)["stats"]
     return _figures(stats)
 
 

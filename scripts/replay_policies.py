@@ -84,7 +84,7 @@ def main() -> int:
     report = json.loads(args.costs.read_text())
     costs = costs_from_report(report)
     if args.traces:
-        traces = [Trace(**t) for t in json.loads(args.traces.read_text())]
+        traces = [Trace(**{"kind": "model", **t}) for t in json.loads(args.traces.read_text())]
     else:
         target, draft = args.target, args.draft
         if target is None or draft is None:
@@ -119,7 +119,12 @@ def main() -> int:
         rng = random.Random(1)
         for a in rates:
             synthetic = [
-                Trace(f"alpha {a:g}", [rng.random() < a for _ in range(args.max_tokens + 1)], eog=False)
+                Trace(
+                    f"alpha {a:g}",
+                    [rng.random() < a for _ in range(args.max_tokens + 1)],
+                    eog=False,
+                    kind="model",
+                )
                 for _ in range(24)
             ]
             print_row(f"alpha {a:g}", replay_all(synthetic, policies, costs, args.max_tokens), shown)
@@ -140,7 +145,9 @@ def shuffled(trace: Trace, rng: random.Random) -> Trace:
     """The trace with as many rejections, at uniformly random output positions."""
     n = len(trace.match) - (1 if trace.eog else 0)  # the end token's position stays agreed
     rejected = set(rng.sample(range(n), trace.match[:n].count(False)))
-    return Trace(trace.category, [i not in rejected for i in range(n)] + trace.match[n:], trace.eog)
+    return Trace(
+        trace.category, [i not in rejected for i in range(n)] + trace.match[n:], trace.eog, trace.kind
+    )
 
 
 def print_row(label: str, result: dict[str, dict[str, float]], shown: list[str]) -> None:

@@ -28,7 +28,7 @@ async def shoot(target: Path, draft: Path, size: tuple[int, int]) -> None:
     from textual.widgets import Input
     from ui_helpers import send, wait_for, wait_ready
 
-    from tandem.session.pairs import PairRef
+    from tandem.session.refs import PairRef
     from tandem.ui.app import TandemApp
     from tandem.ui.screens.demo import DemoScreen
     from tandem.ui.screens.picker import PickerScreen

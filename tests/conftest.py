@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,8 +20,11 @@ import gpu_lane
 import model_files
 from catalogs import DISTINCT_CATALOG, TINY_CATALOG, TINY_ONLY_CATALOG, TINY_REPO, install_catalog
 from hub_server import FakeHub
-from run_helpers import TINY
-from tandem.engine import LoadOptions, ModelPair
+from run_helpers import TINY, load_pair
+from tandem.engine import LoadOptions
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 # The GPU lane (gpu_lane.py): `pytest --gpu-lane` runs the tests marked gpu on a GPU backend.
 fallback_expected = gpu_lane.fallback_expected
@@ -33,6 +37,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     gpu_lane.configure(config)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast lane (`-m fast`) reads only the test modules that hold fast tests (their text
+    marks some `fast`): the others load models, and llama.cpp's bindings with them, which the
+    fast lane neither needs nor may have (tests/test_layers.py collects it without them)."""
+    if config.getoption("markexpr") != "fast" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return "mark.fast" not in collection_path.read_text(encoding="utf-8")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,7 +88,7 @@ def sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
     """The tiny target with a draft close enough that, at temperature 1 and top-k 4, about a
     third of drafted tokens are accepted: accepts, rejections and bonus tokens all occur often."""
     draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
-    pair = ModelPair.load(tiny_target, draft, TINY)
+    pair = load_pair(tiny_target, draft, TINY)
     yield pair
     pair.close()
 
@@ -81,7 +96,7 @@ def sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
 @pytest.fixture(scope="session")
 def smollm2_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
     """The realistic pair: SmolLM2-135M-Instruct F16 target, the shipped Q4_1 as draft."""
-    pair = ModelPair.load(smollm2_f16, smollm2_q4_1, LoadOptions(n_ctx=2048))
+    pair = load_pair(smollm2_f16, smollm2_q4_1, LoadOptions(n_ctx=2048))
     yield pair
     pair.close()
 
@@ -94,14 +109,14 @@ def qwen_pair() -> Iterator[ModelPair]:
         target, draft = model_files.qwen_coder_pair()
     except model_files.RegistryUnreachable as exc:
         pytest.skip(str(exc))
-    pair = ModelPair.load(target, draft, LoadOptions(n_ctx=2048))
+    pair = load_pair(target, draft, LoadOptions(n_ctx=2048))
     yield pair
     pair.close()
 
 
 @pytest.fixture(scope="session")
 def tiny_pair(tiny_target: Path, tiny_draft: Path) -> Iterator[ModelPair]:
-    pair = ModelPair.load(tiny_target, tiny_draft, TINY)
+    pair = load_pair(tiny_target, tiny_draft, TINY)
     yield pair
     pair.close()
 
@@ -109,7 +124,7 @@ def tiny_pair(tiny_target: Path, tiny_draft: Path) -> Iterator[ModelPair]:
 @pytest.fixture(scope="session")
 def rejecting_pair(smollm2_f16: Path, tiny_target: Path) -> Iterator[ModelPair]:
     """SmolLM2 F16 drafted by a random tiny model: nearly every draft token is rejected."""
-    pair = ModelPair.load(smollm2_f16, tiny_target, LoadOptions(n_ctx=2048))
+    pair = load_pair(smollm2_f16, tiny_target, LoadOptions(n_ctx=2048))
     yield pair
     pair.close()
 

@@ -5,10 +5,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from tandem.engine import GenerationConfig, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from tandem.engine.draft_policy import CostModel
+from tandem.engine import CostModel, GenerationConfig, LoadOptions, SamplerSettings
 from tandem.session.collect import Outcome, collect
+
+if TYPE_CHECKING:  # (their modules load llama.cpp's bindings: the fast lane collects without them)
+    from tandem.engine import LoadedModel, ModelPair
+
+
+def load_pair(target: object, draft: object, options: LoadOptions) -> ModelPair:
+    """ModelPair.load, for the session's fixtures (imported here when first used)."""
+    from tandem.engine import ModelPair
+
+    return ModelPair.load(target, draft, options)  # type: ignore[arg-type]
+
 
 # What a generation yielded, sorted by kind (tokens, rounds, prefill, done): the session layer's.
 Run = Outcome
@@ -90,6 +101,8 @@ def assert_same_greedy(
     assert target.devices, f"greedy output differs from the target alone: {got} != {want}"
     i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
     assert i is not None, f"one answer is a prefix of the other: {got} != {want}"
+    from tandem.engine import LoadedModel
+
     fresh = LoadedModel(target.path, replace(target.options, max_outputs=1), role="fresh")
     try:
         logits = fresh.decode([*prompt, *want[:i]], "last")

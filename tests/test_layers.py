@@ -5,6 +5,7 @@ day one crosses a line.
     session    nothing of the front-ends (ui, cli, server) nor the bench
     catalog    nothing of session, the front-ends or the bench
     ui, cli, server   never each other, except where the command line starts the others
+    ui, cli, server, bench   of the engine, only its face (`tandem.engine`, its __init__.py)
 
 Every import counts: at the top, inside functions (lazy imports) and under TYPE_CHECKING (a
 type is a dependency too); relative imports are resolved. Modules are read as text (ast), not
@@ -22,6 +23,8 @@ import pytest
 
 from source_tree import parse
 
+pytestmark = pytest.mark.fast  # pure logic over source text: the fast lane
+
 PACKAGE = "tandem"  # the importable package's name: the one word the package rename changes here
 
 # layer -> the layers it must not import.
@@ -34,6 +37,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "cli": frozenset({"ui", "server"}),
 }
 NO_TEXTUAL = frozenset({"engine", "session", "catalog"})  # (nor do they draw anything)
+# The front-ends use the engine through its face alone: what they need is exported there.
+FACE_ONLY = frozenset({"ui", "cli", "server", "bench"})
 
 # The command line starts the other front-ends: `tandem chat` opens the app, `tandem serve`
 # runs the server. These launch points (module -> what it may import) are the only crossings.
@@ -102,6 +107,8 @@ def violations(source: str, module: str, *, is_package: bool = False) -> list[st
         other = target.split(".")[0]
         if other in FORBIDDEN.get(layer, ()) and (module, target) not in LAUNCHERS:
             found.append(f"{module}:{line} imports {PACKAGE}.{target}")
+        elif layer in FACE_ONLY and other == "engine" and target != "engine":
+            found.append(f"{module}:{line} imports {PACKAGE}.{target}, not the engine's face")
     return found
 
 
@@ -128,6 +135,8 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
         ("from textual.app import App", "engine.model", "imports textual.app"),
         ("from textual.app import App", "session.collect", "imports textual.app"),
         (f"from {PACKAGE}.server import create_app", "cli.run_cmd", "imports app.server"),
+        (f"from {PACKAGE}.engine.stats import Tally", "ui.live_stats", "not the engine's face"),
+        ("from ..engine.drafters import registry", "bench.report", "not the engine's face"),
     ],
 )
 def test_the_check_sees_each_kind_of_crossing(source: str, module: str, crossing: str) -> None:
@@ -141,3 +150,62 @@ def test_the_check_lets_allowed_imports_through() -> None:
     assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.chat_cmd") == []  # a launcher
     assert violations(f"from {PACKAGE}.ui.app import TandemApp", "cli.run_cmd") != []  # not one
     assert violations("from .drafters import lookup", "engine", is_package=True) == []
+    assert violations(f"from {PACKAGE}.engine import Tally", "ui.live_stats") == []  # the face
+    assert violations(f"from {PACKAGE}.engine.drafters import registry", "session.pairs") == []
+
+
+# Where a word that is a drafter kind's name may stand outside engine/drafters/ as code (a
+# string), and why: every other place asks the registry (drafters/registry.py).
+KIND_WORDS_ALLOWED: dict[tuple[str, str], str] = {
+    ("catalog/spec.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
+    ("engine/model.py", "model"): "a model's role in messages",
+    ("server/api.py", "model"): "OpenAI's `model` field",
+    ("server/chunks.py", "model"): "OpenAI's `model` field",
+    ("ui/picker/disk_tab.py", "model"): "a column: the model file",
+    ("engine/native_checks.py", "eagle3"): "llama.cpp's graph builders, by architecture",
+    ("engine/native_checks.py", "dflash"): "llama.cpp's graph builders, by architecture",
+}
+
+
+def kind_words(source: str, kinds: set[str], prefixes: tuple[str, ...]) -> Iterator[tuple[str, int]]:
+    """(the string, its line) for each string in `source`, docstrings aside, that is a kind's
+    name, names one after --drafter, or starts with a kind's file-name prefix."""
+    tree = parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+            continue
+        text = node.value
+        words = set(text.replace("--drafter ", "--drafter=").split())
+        if text in kinds or text.startswith(prefixes) or any(f"--drafter={k}" in words for k in kinds):
+            yield text, node.lineno
+
+
+def test_no_code_outside_the_drafters_spells_a_kind() -> None:
+    from tandem.engine.drafters import registry
+
+    kinds = {s.name for s in registry.KINDS}
+    prefixes = tuple(p for s in registry.KINDS if s.files is not None for p in s.files.prefixes)
+    root = package_dir()
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        where = f.relative_to(root).as_posix()
+        if where.startswith("engine/drafters/"):
+            continue
+        for text, line in kind_words(f.read_text(encoding="utf-8"), kinds, prefixes):
+            if (where, text) not in KIND_WORDS_ALLOWED:
+                found.append(f"{where}:{line} {text!r}")
+    assert not found, "kinds spelled outside engine/drafters/ (ask the registry):\n" + "\n".join(found)
+
+
+def test_the_kind_check_sees_a_kind_spelled() -> None:
+    kinds, prefixes = {"mtp", "lookup"}, ("eagle3-",)
+    source = 'K = "mtp"\nM = f"use --drafter lookup {x}"\nN = "eagle3-x.gguf"\ndef f():\n    """mtp"""\n'
+    assert sorted(line for _, line in kind_words(source, kinds, prefixes)) == [1, 2, 3]

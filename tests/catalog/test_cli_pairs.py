@@ -328,5 +328,5 @@ def test_a_pair_drafted_by_its_own_heads_pulls_one_file_and_runs_with_them(
     err = capsys.readouterr().err.strip()
     assert err == (
         "tandem: error: pair tiny-mtp has no draft model (its target drafts with its own heads): "
-        "use --drafter mtp, auto or lookup"
+        "use --drafter mtp, lookup or auto"
     )

@@ -16,6 +16,7 @@ from catalogs import mtp_target, no_heads_target
 from tandem.bench.settings import parse_drafters, parse_settings
 from tandem.cli.main import main
 from tandem.engine import GenerationConfig
+from tandem.engine.drafters import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TANDEM = [sys.executable, "-m", "tandem.cli.main"]
@@ -75,14 +76,18 @@ def test_mtp_without_heads_is_one_line_before_anything_is_loaded() -> None:
     ]
 
 
-def test_drafter_help_names_mtp(capsys: pytest.CaptureFixture[str]) -> None:
+def test_drafter_help_names_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--drafter`'s choices and help come from the registry: every kind, in its own words (and
+    `bench --compare` names them all)."""
     for command in ("run", "bench", "serve"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
-        assert "{model,lookup,mtp,eagle3,dflash,cross,auto}" in text, command
-        assert "mtp: the target's own draft heads" in text, command
-        assert "cross: a draft model of another tokenizer" in text, command
+        assert "{" + ",".join(registry.choices()) + "}" in text, command
+        for kind in registry.KINDS:
+            assert f"{kind.name}: {' '.join(kind.words.help.split())}" in text, (command, kind.name)
+        if command == "bench":
+            assert ", ".join(registry.choices()) in text
 
 
 def test_bench_compares_the_heads_with_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

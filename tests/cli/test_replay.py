@@ -49,7 +49,7 @@ COSTS = _linear_costs(0.5, 0.1, 0.5, 0.1)
 
 
 def test_fully_accepted_rounds_cost_what_the_model_says() -> None:
-    trace = Trace("chat", [True] * 200, eog=False)
+    trace = Trace("chat", [True] * 200, eog=False, kind="model")
     generated, cost = replay(trace, FixedPolicy(12), COSTS, max_tokens=128)
     assert generated == 128
     # Round 1: draft 0.5 + 11 * 0.5, verify 13 tokens 2.2. Rounds 2-9 are two behind (the
@@ -59,7 +59,7 @@ def test_fully_accepted_rounds_cost_what_the_model_says() -> None:
 
 
 def test_a_rejection_ends_the_round_with_the_target_s_token() -> None:
-    trace = Trace("qa", [True, True, False] + [True] * 10, eog=False)
+    trace = Trace("qa", [True, True, False] + [True] * 10, eog=False, kind="model")
     generated, cost = replay(trace, FixedPolicy(5), COSTS, max_tokens=9)
     # Round 1: 2 of 5 accepted + the correction = 3 tokens. Round 2 (one behind): 5 of 5 + bonus
     # = 9. The limit leaves room for K = 5 in round 2 (9 - 3 - 1).
@@ -68,7 +68,7 @@ def test_a_rejection_ends_the_round_with_the_target_s_token() -> None:
 
 
 def test_the_draft_stops_after_proposing_the_end() -> None:
-    trace = Trace("qa", [True] * 6, eog=True)  # five tokens, then the end of generation
+    trace = Trace("qa", [True] * 6, eog=True, kind="model")  # five tokens, then the end of generation
     generated, cost = replay(trace, FixedPolicy(12), COSTS, max_tokens=128)
     assert generated == 5
     assert cost == pytest.approx(0.5 + 5 * 0.5 + 1.6)  # six drafted, seven verified
@@ -120,7 +120,7 @@ def test_adaptive_k_keeps_up_with_the_best_fixed_k_on_bursty_acceptance(
     chain: tuple[float, float, float, float],
 ) -> None:
     rng = random.Random(1)
-    traces = [Trace("x", _bursty(rng, 129, *chain), eog=False) for _ in range(24)]
+    traces = [Trace("x", _bursty(rng, 129, *chain), eog=False, kind="model") for _ in range(24)]
     assert _versus_best_fixed(traces) >= 0.97
 
 
@@ -141,7 +141,9 @@ def test_adaptive_k_on_acceptance_that_does_not_come_in_runs(costs: str, alpha: 
     # exploring cost. Where drafting does not pay (K = 0 best: 0.4-0.9 on the CPU) that is its
     # loss against the target alone. Before the exploration budget: 0.92-0.96 at 0.4-0.9.
     rng = random.Random(1)
-    traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
+    traces = [
+        Trace("x", [rng.random() < alpha for _ in range(129)], eog=False, kind="model") for _ in range(24)
+    ]
     result = replay_all(traces, _fixed_and_adaptive(), MEASURED[costs], max_tokens=128)
     best = max(result[n]["overall"] for n in result if n != "adaptive")
     assert result["adaptive"]["overall"] >= 0.97 * best
@@ -155,7 +157,9 @@ def test_a_draft_that_is_often_wrong_costs_little_once_the_pair_is_known(alpha: 
     # (with doubt growing 5% a round during pauses, as in a cold start: 0.82-0.89 of the target
     # alone; 0.91-0.93 before the exploration budget, 1.00 with it).
     rng = random.Random(1)
-    traces = [Trace("x", [rng.random() < alpha for _ in range(129)], eog=False) for _ in range(24)]
+    traces = [
+        Trace("x", [rng.random() < alpha for _ in range(129)], eog=False, kind="model") for _ in range(24)
+    ]
     result = replay_all(traces, _fixed_and_adaptive(), CPU_COSTS, max_tokens=128)
     assert max(result, key=lambda n: result[n]["overall"]) in ("K=0", "adaptive")
     assert result["adaptive"]["overall"] >= 0.98 * result["K=0"]["overall"]
@@ -165,7 +169,8 @@ def test_a_draft_that_is_often_wrong_costs_little_once_the_pair_is_known(alpha: 
 def test_adaptive_k_on_recorded_text_keeps_up_in_every_category(costs: str) -> None:
     # The reference pair's greedy traces (scripts/replay_policies.py --save): bursty, as text
     # is. Every category within 3% of its best fixed K in hindsight.
-    traces = [Trace(**t) for t in json.loads((RESULTS / "smollm2-cpu-traces.json").read_text())]
+    recorded = json.loads((RESULTS / "smollm2-cpu-traces.json").read_text())
+    traces = [Trace(**{"kind": "model", **t}) for t in recorded]
     result = replay_all(traces, _fixed_and_adaptive(), MEASURED[costs], max_tokens=128)
     for cat in result["adaptive"]:
         best = max(result[n][cat] for n in result if n != "adaptive")
@@ -180,8 +185,8 @@ def test_a_cold_start_with_early_rejections_resumes_drafting(rejected: list[int]
     # answer. (A rule that charged the whole catch-up to any retry that pays only at the
     # optimistic α never resumed here: the target's speed; reverted, docs/benchmarks.md.)
     costs = _linear_costs(0.65, 0.17, 0.8, 0.25)
-    trace = Trace("x", [i not in rejected for i in range(129)], eog=False)
-    adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs)), costs, 128)
+    trace = Trace("x", [i not in rejected for i in range(129)], eog=False, kind="model")
+    adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs), "model"), costs, 128)
     target_alone = replay(trace, FixedPolicy(0), costs, 128)
     assert adaptive[0] == target_alone[0] == 128
     assert target_alone[1] / adaptive[1] >= 1.04
@@ -195,8 +200,10 @@ def test_bad_starts_do_not_switch_drafting_off_for_the_session(max_tokens: int) 
     # longer nothing was drafted, every later answer starts without drafting and never learns
     # otherwise (replayed without that: 0.80-0.82 of the best fixed K, the target's speed).
     rng = random.Random(1)
-    good = [Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False) for _ in range(24)]
-    bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False) for t in good[:6]]
+    good = [
+        Trace("good", _bursty(rng, 129, 0.01, 0.2, 0.002, 0.3), eog=False, kind="model") for _ in range(24)
+    ]
+    bad = [Trace("bad", [False] * 3 + t.match[3:], eog=False, kind="model") for t in good[:6]]
     result = replay_all([*bad, *good], _fixed_and_adaptive(), CPU_COSTS, max_tokens)
     best = max(result[n]["good"] for n in result if n != "adaptive")
     assert result["adaptive"]["good"] >= 0.97 * best

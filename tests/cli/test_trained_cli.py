@@ -19,7 +19,8 @@ from tandem.catalog import companions_of, usable_companion
 from tandem.cli.main import main
 from tandem.engine import LoadOptions, ModelPair
 from tandem.session.choices import Choices
-from tandem.session.pairs import DraftNeeds, PairRequest, resolve_pair
+from tandem.session.pairs import resolve_pair
+from tandem.session.refs import DraftNeeds, PairRequest
 
 FAST = ["--threads", "1", "--ctx", "512"]
 PROMPT = "Write a story about the ocean and a lighthouse keeper."

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 def costs(draft_ms: float, verify_ms: dict[int, float]) -> CostModel:
     c = CostModel()
     for _ in range(5):
-        c.observe_model_draft(1, draft_ms / 1000, 3 * draft_ms / 1000, 3)
+        c.observe_model_draft(1, draft_ms / 1000, 3 * draft_ms / 1000, 3, "model")
         for n, ms in verify_ms.items():
             c.observe_verify(n, ms / 1000)
     return c
@@ -48,7 +48,7 @@ def test_a_plain_step_is_measured_before_drafting_is_judged_against_it() -> None
     # here, 10 ms in truth), which would make drafting look better than it is. One plain round
     # measures it; then the policy plans as usual.
     c = costs(10, {2: 17, 5: 22.1})
-    policy = AdaptivePolicy(12, c)
+    policy = AdaptivePolicy(12, c, "model")
     assert policy.plan(100) == (0, 0.0)
     c.observe_verify(1, 0.010)
     assert policy.plan(100)[1] > 0.0
@@ -62,21 +62,21 @@ def test_one_noisy_sample_does_not_lock_a_size_out() -> None:
 
 def test_gpu_like_costs_draft_far_ahead() -> None:
     """Verifying 9 tokens costs about one step and drafting is cheap: long drafts pay."""
-    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
+    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}), "model")
     for _ in range(20):
         policy.observe(8, 8)
     assert policy.plan(100)[0] >= 10
 
 
 def test_expensive_draft_and_poor_acceptance_stop_drafting() -> None:
-    policy = AdaptivePolicy(12, costs(15, {1: 20, 5: 32}))
+    policy = AdaptivePolicy(12, costs(15, {1: 20, 5: 32}), "model")
     for _ in range(30):
         policy.observe(4, 0)
     assert policy.plan(100)[0] == 0
 
 
 def test_drafting_resumes_after_a_pause() -> None:
-    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}), "model")
     for _ in range(6):
         policy.observe(4, 0)
     assert policy.plan(100)[0] == 0
@@ -92,25 +92,25 @@ def test_drafting_resumes_after_a_pause() -> None:
 
 def test_budget_clips_k() -> None:
     assert FixedPolicy(8).plan(3)[0] == 3
-    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}))
+    policy = AdaptivePolicy(12, costs(2, {1: 20, 13: 22}), "model")
     assert policy.plan(2)[0] <= 2
 
 
 def test_lookup_costs_one_search_whatever_k() -> None:
     c = CostModel()
-    c.observe_lookup(0.0001)
+    c.observe_search("lookup", 0.0001)
     assert c.draft_time("lookup", 1) == c.draft_time("lookup", 12) == pytest.approx(0.0001)
     assert c.draft_time("lookup", 0) == 0.0
 
 
 def test_unmeasured_costs_start_at_the_starting_k() -> None:
-    policy = AdaptivePolicy(12, CostModel(), k_start=4)
+    policy = AdaptivePolicy(12, CostModel(), "model", k_start=4)
     assert policy.plan(100) == (4, 0.0)
     assert policy.plan(2) == (2, 0.0)
 
 
 def test_catchup_debt_makes_drafting_less_attractive() -> None:
-    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}), "model")
     for _ in range(10):
         policy.observe(4, 2)
     _, rate_free = policy.plan(100)
@@ -121,7 +121,7 @@ def test_catchup_debt_makes_drafting_less_attractive() -> None:
 def test_what_the_draft_model_owes_is_spread_over_the_rest_of_the_answer() -> None:
     # After a pause the next draft first catches up on it (here 100 ms owed). Worth it with
     # 100 tokens to go; with 6 left, the target alone finishes sooner.
-    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}))
+    policy = AdaptivePolicy(12, costs(10, {1: 20, 5: 30}), "model")
     for _ in range(20):
         policy.observe(8, 8)
     assert policy.plan(100)[0] > 0 and policy.plan(5)[0] > 0
@@ -131,20 +131,20 @@ def test_what_the_draft_model_owes_is_spread_over_the_rest_of_the_answer() -> No
 
 def test_rounds_without_drafting_weaken_the_next_generation_s_prior() -> None:
     c = costs(15, {1: 20, 5: 32})
-    first = AdaptivePolicy(12, c)
+    first = AdaptivePolicy(12, c, "model")
     for _ in range(10):
         first.observe(4, 0)
     alpha, trials = c.of("model").alpha, c.of("model").trials
-    before = AdaptivePolicy(12, c).optimistic_alpha()
+    before = AdaptivePolicy(12, c, "model").optimistic_alpha()
     for _ in range(100):  # e.g. short answers, none of which tried drafting again
         first.observe(0, 0)
     # No evidence: the long-run estimate keeps its value and its weight ...
     assert (c.of("model").alpha, c.of("model").trials) == pytest.approx((alpha, trials))
     # ... but the next generation holds it less firmly, and retries drafting.
-    assert AdaptivePolicy(12, c).optimistic_alpha() > before + 0.2
+    assert AdaptivePolicy(12, c, "model").optimistic_alpha() > before + 0.2
     first.observe(4, 4)  # drafting again: the prior is back to full strength (8 tokens)
     a = c.of("model").alpha
-    assert AdaptivePolicy(12, c).optimistic_alpha() == pytest.approx(a + (a * (1 - a) / 8) ** 0.5)
+    assert AdaptivePolicy(12, c, "model").optimistic_alpha() == pytest.approx(a + (a * (1 - a) / 8) ** 0.5)
 
 
 def test_model_pays_unless_lookup_supplies_most_of_the_text() -> None:
@@ -164,7 +164,7 @@ def test_rollback_costs_shorten_drafts_on_a_recurrent_target() -> None:
         for _ in range(5):
             if restore_s is not None:
                 c.observe_rollback(0.0005, restore_s, rejected=True)
-        policy = AdaptivePolicy(12, c)
+        policy = AdaptivePolicy(12, c, "model")
         for _ in range(30):
             policy.observe(4, 3)  # about 3 of 4 draft tokens accepted
         plans.append(policy.plan(100))

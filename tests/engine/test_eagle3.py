@@ -1,29 +1,27 @@
-"""An EAGLE-3 drafter (a trained one-layer sidecar GGUF) drafting: still exactly the target.
+"""An EAGLE-3 drafter (a trained one-layer sidecar GGUF): what is particular to it. What every
+kind promises the drafter contract holds it to (test_drafter_contract.py).
 
 Tiny random-weight EAGLE-3 GGUFs (model_files.tiny_eagle3_model: architecture "eagle3", F32,
 SmolLM2's tokenizer, no embeddings or head of their own) are made for a tiny 32-wide llama and
 for the tiny hybrid Qwen3.5; llama.cpp runs them beside the target, fed with the target's rows
-at three of its layers (app/tandem/engine/drafters/eagle3.py). They agree with the target about
+at three of its layers (app/tandem/engine/drafters/heads/eagle3.py). They agree with the target about
 half the time, at every step of a draft, so drafts are both accepted and rejected. The reference
 for every answer is the target alone.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import trained
 from run_helpers import TINY, run
-from sampling_law import chi_square_p, exact_joint
-from tandem.engine import ChatMessage, IncompatiblePairError, ModelPair, SamplerSettings
+from tandem.engine import ChatMessage, IncompatiblePairError, ModelPair
 from tandem.engine.draft_policy import CostModel
-from tandem.engine.drafters.eagle3 import Eagle3Head, head_of
+from tandem.engine.drafters.heads.eagle3 import Eagle3Head, head_of
 from tandem.engine.gguf_file import read_gguf
 
 PROMPTS = [
@@ -62,29 +60,16 @@ def test_a_sidecar_loads_beside_the_target_not_as_a_draft_model(pair: ModelPair)
     assert head in pair.target.listeners
 
 
-@pytest.mark.parametrize("k", [1, 3, 6])
-def test_greedy_drafting_is_exactly_the_target(pair: ModelPair, alone: ModelPair, k: int) -> None:
-    accepted = rejected = deep = 0
+def test_its_own_rows_chain_step_after_step(pair: ModelPair, alone: ModelPair) -> None:
+    """A draft step after the first feeds it its own pre-norm row in place of the target's g:
+    runs of two and more accepted drafts show the chain holds (the output is the target's)."""
+    deep = 0
     for text in PROMPTS:
         prompt = _chat(pair, text)
-        ref = run(alone, prompt, speculative=False, max_tokens=96)
-        spent = pair.target.decode_seconds + _head(pair).decode_seconds
-        out = run(pair, prompt, drafter="eagle3", draft_max=k, max_tokens=96)
-        assert out.ids == ref.ids and out.text == ref.text
-        # Time inside llama.cpp counts the drafter's passes too; prefill aside, within the rounds.
-        inside = pair.target.decode_seconds + _head(pair).decode_seconds - spent
-        assert 0.5 * inside < out.stats.llama_s <= inside
-        assert out.start is not None and out.start.drafter == "eagle3"
-        assert {r.drafter for r in out.rounds if r.drafted} == {"eagle3"}
-        assert out.stats.drafters["eagle3"].drafted == sum(r.drafted for r in out.rounds)
-        accepted += sum(r.accepted for r in out.rounds)
-        rejected += sum(r.accepted < r.drafted for r in out.rounds)
-        deep += sum(r.accepted >= 2 for r in out.rounds)  # its own rows chained, step after step
-        # Origins: accepted drafts are "draft", the rest the target's own.
-        assert sum(t.origin.value == "draft" for t in out.tokens) == sum(r.accepted for r in out.rounds)
-    assert accepted > 40 and rejected > 10
-    if k > 1:
-        assert deep > 5
+        out = run(pair, prompt, drafter="eagle3", draft_max=6, max_tokens=96)
+        assert out.ids == run(alone, prompt, speculative=False, max_tokens=96).ids
+        deep += sum(r.accepted >= 2 for r in out.rounds)
+    assert deep > 5
 
 
 def test_adaptive_k_and_auto_measure_it_and_keep_the_answer(pair: ModelPair, alone: ModelPair) -> None:
@@ -110,91 +95,6 @@ def test_p_min_stops_unsure_drafts_and_changes_nothing(pair: ModelPair, alone: M
     sure = run(pair, prompt, drafter="eagle3", draft_max=6, max_tokens=64, p_min=0.6)
     assert free.ids == sure.ids == ref.ids
     assert sum(r.drafted for r in sure.rounds) < sum(r.drafted for r in free.rounds)
-
-
-def test_a_chat_goes_on_turn_after_turn(pair: ModelPair, alone: ModelPair) -> None:
-    """Each turn reuses the cache and the drafter keeps up with it; regenerating an answer gives
-    it again; afterwards its cache is a fresh one's."""
-    messages: list[ChatMessage] = []
-    before: list[int] = []
-    for text in ["Tell me about boats.", "And about trains?", "Which one is faster?"]:
-        messages.append(ChatMessage("user", text))
-        prompt = pair.chat_prompt(messages)
-        ref = run(alone, prompt, speculative=False, max_tokens=48)
-        out = run(pair, prompt, drafter="eagle3", draft_max=4, max_tokens=48)
-        assert out.ids == ref.ids
-        assert out.prefill is not None
-        if before:
-            assert out.prefill.prefill_tokens <= len(prompt) - len(before) + 1
-        before = prompt
-        assert sum(r.accepted for r in out.rounds) > 0
-        assert run(pair, prompt, drafter="eagle3", draft_max=4, max_tokens=48).ids == ref.ids  # regenerate
-        messages.append(ChatMessage("assistant", out.text))
-    _assert_head_matches_fresh(pair, prompt + out.ids)
-
-
-def test_the_target_alone_in_between_costs_it_only_a_re_read(pair: ModelPair, alone: ModelPair) -> None:
-    prompt = _chat(pair, PROMPTS[0])
-    ref = run(alone, prompt, speculative=False, max_tokens=40)
-    run(pair, prompt, drafter="eagle3", max_tokens=40)
-    assert run(pair, prompt, speculative=False, max_tokens=40).ids == ref.ids
-    assert not _head(pair).following
-    longer = prompt + ref.ids[:20]
-    out = run(pair, longer, drafter="eagle3", max_tokens=30)
-    assert out.ids == run(alone, longer, speculative=False, max_tokens=30).ids
-    assert sum(r.accepted for r in out.rounds) > 0
-
-
-def test_cancelling_mid_answer_leaves_both_states_usable(pair: ModelPair, alone: ModelPair) -> None:
-    prompt = _chat(pair, PROMPTS[1])
-    ref = run(alone, prompt, speculative=False, max_tokens=80)
-    cancel = threading.Event()
-    cut = run(pair, prompt, drafter="eagle3", draft_max=5, max_tokens=80, cancel=cancel, cancel_after=20)
-    assert cut.stats.stop_reason == "cancelled" and 20 <= len(cut.ids) < 80
-    assert cut.ids == ref.ids[: len(cut.ids)]
-    assert run(pair, prompt, drafter="eagle3", draft_max=5, max_tokens=80).ids == ref.ids
-    _assert_head_matches_fresh(pair, prompt + ref.ids)
-
-
-def test_cancel_while_it_drafts(pair: ModelPair, alone: ModelPair) -> None:
-    """A cancel set during a draft ends the answer before its verify batch."""
-    prompt = _chat(pair, PROMPTS[2])
-    cancel = threading.Event()
-    head = _head(pair)
-    real = head.next_step
-
-    def slow_step(token: int, pos: int) -> np.ndarray:
-        cancel.set()  # the user presses Esc while it drafts
-        return real(token, pos)
-
-    head.next_step = slow_step  # type: ignore[method-assign]
-    try:
-        out = run(pair, prompt, drafter="eagle3", draft_max=6, max_tokens=60, cancel=cancel)
-    finally:
-        del head.next_step
-    assert out.stats.stop_reason == "cancelled"
-    ref = run(alone, prompt, speculative=False, max_tokens=30)
-    assert run(pair, prompt, drafter="eagle3", max_tokens=30).ids == ref.ids
-
-
-SETTINGS = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
-SAMPLED = {"temperature": 1.0, "top_k": 4}
-
-
-def test_sampling_keeps_the_target_distribution(pair: ModelPair) -> None:
-    prompt = pair.raw_prompt("Once upon a time")
-    joint = exact_joint(pair, prompt, SETTINGS, 3)
-    counts: Counter[tuple[int, ...]] = Counter()
-    accepted = rejected = 0
-    for seed in range(2000):
-        r = run(pair, prompt, drafter="eagle3", max_tokens=3, draft_max=2, **SAMPLED, seed=seed)
-        counts[tuple(r.ids)] += 1
-        accepted += sum(x.accepted for x in r.rounds)
-        rejected += sum(x.accepted < x.drafted for x in r.rounds)
-    p = chi_square_p(joint, counts)
-    print(f"\nchi-square p-value: {p:.3f}; accepted drafts: {accepted}, rounds with a rejection: {rejected}")
-    assert accepted > 300 and rejected > 300
-    assert p > 1e-3
 
 
 def test_its_own_reduced_vocabulary_is_mapped_onto_the_target_s(alone: ModelPair) -> None:
@@ -269,22 +169,3 @@ def test_a_sidecar_for_another_target_is_refused_before_loading(monkeypatch: pyt
     assert "EAGLE-3 drafter for another target" in message
     assert "trained on a target 32 wide, and tiny-a.gguf is 64 wide" in message
     assert "reads the target's layer 2, and tiny-a.gguf has 2 layers" in message
-
-
-def _assert_head_matches_fresh(pair: ModelPair, history: list[int]) -> None:
-    """Its state after a session is a fresh one's: the same first-step logits for `history`."""
-    head = _head(pair)
-    target = pair.target
-    n = len(history) - 1
-    target.truncate(min(n, len(target.cached)))
-    head.set_following(True)
-    target.decode(history[len(target.cached) : n], "none")
-    mine = np.array(head.first_step(history)[0])
-    head.end_draft()
-    with ModelPair.load(target.path, Path(head.path), TINY) as fresh:
-        other = head_of(fresh.target)
-        assert other is not None
-        other.set_following(True)
-        fresh.target.decode(history[:-1], "none")
-        theirs = np.array(other.first_step(history)[0])
-    assert np.allclose(mine, theirs, atol=2e-3)

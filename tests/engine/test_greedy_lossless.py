@@ -78,46 +78,56 @@ def _assert_near_tie(
 FIXED_KS = (1, 3, 5, 8, 12)
 
 
+# What each prompt's run found, for the check over all of them (test_most_prompts_match_exactly).
+_FOUND: dict[int, tuple[bool, str, int]] = {}  # prompt -> (token-identical, mode, accepted)
+
+
 @pytest.mark.slow
-def test_speculative_greedy_matches_target_only(smollm2_pair: ModelPair) -> None:
-    identical = 0
-    ties: list[tuple[int, int, float]] = []
-    accepted = {"adaptive": 0, "fixed": 0}
-    for n, text in enumerate(PROMPTS):
-        prompt = smollm2_pair.chat_prompt([ChatMessage("user", text)])
-        base = run(smollm2_pair, prompt, speculative=False, max_tokens=128)
-        if n % 2 == 0:
-            # The default configuration: adaptive drafting, K up to 12, so K varies round to
-            # round. Each starts from no measured costs: on a host where batches are dear, what
-            # the pair learnt earlier can rightly switch drafting off, and this test is about
-            # output, not about that choice.
-            spec = run(
-                smollm2_pair,
-                prompt,
-                speculative=True,
-                max_tokens=128,
-                draft_max=12,
-                adaptive=True,
-                costs=CostModel(),
-            )
-            accepted["adaptive"] += spec.stats.accepted
-        else:
-            k = FIXED_KS[(n // 2) % len(FIXED_KS)]
-            spec = run(smollm2_pair, prompt, speculative=True, max_tokens=128, draft_max=k)
-            accepted["fixed"] += spec.stats.accepted
-        assert base.stats.generated == 128, "a prompt must ask for an answer of 128+ tokens"
-        i = _first_difference(base.ids, spec.ids)
-        if i is None:
-            identical += 1
-            assert base.text == spec.text
-            continue
-        ties.append((n, i, _assert_near_tie(smollm2_pair, prompt, base.ids, spec.ids, i)))
-    print(f"\n{identical}/{len(PROMPTS)} prompts token-identical; near-ties: {ties}; accepted: {accepted}")
-    # The draft really drafted, and its tokens were kept, in both kinds of run.
+@pytest.mark.parametrize("n", range(len(PROMPTS)))
+def test_speculative_greedy_matches_target_only(smollm2_pair: ModelPair, n: int) -> None:
+    prompt = smollm2_pair.chat_prompt([ChatMessage("user", PROMPTS[n])])
+    base = run(smollm2_pair, prompt, speculative=False, max_tokens=128)
+    if n % 2 == 0:
+        # The default configuration: adaptive drafting, K up to 12, so K varies round to
+        # round. Each starts from no measured costs: on a host where batches are dear, what
+        # the pair learnt earlier can rightly switch drafting off, and this test is about
+        # output, not about that choice.
+        mode = "adaptive"
+        spec = run(
+            smollm2_pair,
+            prompt,
+            speculative=True,
+            max_tokens=128,
+            draft_max=12,
+            adaptive=True,
+            costs=CostModel(),
+        )
+    else:
+        mode = "fixed"
+        k = FIXED_KS[(n // 2) % len(FIXED_KS)]
+        spec = run(smollm2_pair, prompt, speculative=True, max_tokens=128, draft_max=k)
+    assert base.stats.generated == 128, "a prompt must ask for an answer of 128+ tokens"
+    i = _first_difference(base.ids, spec.ids)
+    if i is None:
+        assert base.text == spec.text
+    else:
+        gap = _assert_near_tie(smollm2_pair, prompt, base.ids, spec.ids, i)
+        print(f"\nprompt {n}: a near-tie at token {i} ({gap:.4f} logits)")
+    _FOUND[n] = (i is None, mode, spec.stats.accepted)
+
+
+@pytest.mark.slow
+def test_most_prompts_match_exactly() -> None:
+    """Over all the prompts above: the draft really drafted, and its tokens were kept, in both
+    kinds of run; and ties close enough to diverge are rare, so most prompts match exactly
+    (measured here: 17 of 20, the three others within 0.0014 logits): many divergences, each a
+    near-tie, would point at a systematic numerical difference."""
+    if len(_FOUND) < len(PROMPTS):
+        pytest.skip("checks the runs of test_speculative_greedy_matches_target_only: run the whole module")
+    identical = sum(same for same, _, _ in _FOUND.values())
+    accepted = {mode: sum(a for _, m, a in _FOUND.values() if m == mode) for mode in ("adaptive", "fixed")}
+    print(f"\n{identical}/{len(PROMPTS)} prompts token-identical; accepted: {accepted}")
     assert accepted["adaptive"] > 0 and accepted["fixed"] > 0
-    # Every divergence was checked above to be a near-tie. Ties that close are rare, so most
-    # prompts must match exactly (measured here: 17 of 20, the three others within 0.0014
-    # logits); many divergences would point at a systematic numerical difference.
     assert identical >= len(PROMPTS) * 3 // 4
 
 

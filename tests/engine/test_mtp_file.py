@@ -16,11 +16,12 @@ import model_files
 import trained
 from run_helpers import TINY, run
 from tandem.engine import ChatMessage, ModelPair, TandemError
+from tandem.engine.drafters.heads.mtp import head_of
+from tandem.engine.drafters.registry import check_file, classify
 from tandem.engine.gguf_file import read_gguf
-from tandem.engine.mtp import heads_of
-from tandem.engine.sidecar import check_sidecar, sidecar_kind
-from tandem.session.pairs import DraftNeeds, PairRequest, resolve_pair
+from tandem.session.pairs import resolve_pair
 from tandem.session.preflight import preflight
+from tandem.session.refs import DraftNeeds, PairRequest
 
 PROMPTS = ["Write a story about the ocean and a lighthouse keeper.", "Explain in detail why the sky is blue."]
 
@@ -35,7 +36,7 @@ def test_the_heads_alone_draft_exactly_as_the_whole_model_s(k: int) -> None:
         ModelPair.load(trained.hybrid_target(), None, TINY) as whole,
         ModelPair.load(trained.hybrid_trunk(), trained.mtp_heads(), TINY) as split,
     ):
-        head = heads_of(split.target)
+        head = head_of(split.target)
         assert head is not None and head.source == split.sidecar == trained.mtp_heads()
         for text in PROMPTS:
             prompt = whole.chat_prompt([ChatMessage("user", text)])
@@ -62,16 +63,16 @@ def test_the_heads_alone_are_found_beside_the_trunk(tmp_path: Path) -> None:
 
 def test_heads_for_another_model_are_refused_before_loading() -> None:
     heads = read_gguf(trained.mtp_heads())
-    assert sidecar_kind(heads) == "mtp"
+    assert (kind := classify(heads)) is not None and kind.name == "mtp"
     with pytest.raises(TandemError, match="carries MTP heads of its own"):
-        check_sidecar(read_gguf(trained.hybrid_target()), heads)
+        check_file(read_gguf(trained.hybrid_target()), heads)
     with pytest.raises(TandemError, match=r"they are qwen35 heads, and tiny-llama-d\.gguf is a llama model"):
-        check_sidecar(read_gguf(trained.target()), heads)
+        check_file(read_gguf(trained.target()), heads)
     deeper = model_files.tiny_mtp_model("qwen35-mtp-s16-trunk-deep", seed=7, part_of="trunk", shape=_deeper())
     with pytest.raises(
         TandemError, match="they follow a trunk 4 layers deep, and tiny-qwen35-mtp-s16-trunk-dee"
     ):
-        check_sidecar(read_gguf(deeper), heads)
+        check_file(read_gguf(deeper), heads)
     with pytest.raises(TandemError, match="is a model's MTP heads alone, not a model to chat with"):
         ModelPair.load(trained.mtp_heads(), None, TINY)
 

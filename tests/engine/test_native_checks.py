@@ -25,8 +25,8 @@ from tandem.cli.main import main
 from tandem.engine import ModelFileError, TandemError
 from tandem.engine.gguf_file import read_gguf
 from tandem.engine.gguf_info import TokenTable
-from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import preflight
+from tandem.session.refs import DraftNeeds, PairRef
 
 LLAMA = trained.target  # 32 wide, 4 heads of 8, 2 key/value heads, 3 layers
 QWEN35 = trained.hybrid_target

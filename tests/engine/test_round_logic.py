@@ -18,7 +18,8 @@ from tandem.engine.config import GenerationConfig
 from tandem.engine.draft_policy import CostModel
 from tandem.engine.drafters import Proposal, registry
 from tandem.engine.drafters.lookup import LookupDrafter
-from tandem.engine.drafters.spec import Drafter, DrafterSpec, Needs, Offer, RoundView
+from tandem.engine.drafters.spec import Drafter, DrafterSpec, Needs, Offer, RoundView, Traits, Words
+from tandem.engine.errors import TandemError
 from tandem.engine.events import Origin, RoundEvent
 from tandem.engine.round import PLAIN, Plan, run_round, verify
 from tandem.engine.sampling import Dist, SamplerSettings
@@ -229,13 +230,15 @@ class BiddingDrafter:
 def _spec(name: str, rank: int, *, timed_by_drafting: bool = True) -> DrafterSpec:
     return DrafterSpec(
         name=name,
-        label=name,
+        words=Words(label=name, help=f"the {name} kind"),
         needs=Needs.NOTHING,
         build=lambda ctx: None,
         missing=lambda target, draft: None,
-        draft_cost=lambda costs, drafted, caught_up, looked_up, draft_s: 0.0,
-        untimed_rank=rank,
-        timed_by_drafting=timed_by_drafting,
+        traits=Traits(
+            draft_cost=lambda costs, drafted, caught_up, looked_up, draft_s: 0.0,
+            untimed_rank=rank,
+            timed_by_drafting=timed_by_drafting,
+        ),
     )
 
 
@@ -294,14 +297,22 @@ def test_auto_is_every_kind_the_pair_offers() -> None:
     # A target without heads and no draft model: prompt lookup alone, from the registry.
     config = GenerationConfig(drafter="auto")
     s = Scheduler(FakeTarget(), None, config, random.Random(0), None, CostModel())  # type: ignore[arg-type]
-    assert [type(d) for d in s.drafters] == [LookupDrafter]
+    specs = [registry.spec(d.kind) for d in s.drafters]
+    assert all(k is not None and k.needs is Needs.NOTHING for k in specs)  # (nor heads, nor a draft)
+    lookup = next(d for d in s.drafters if isinstance(d, LookupDrafter))
     history = [1, 2, 3, 4, 1, 2]
     plan = s.plan(history, budget=8)
-    assert plan.drafter is s.drafters[0] and plan.k == 4  # "1 2" went on with "3 4 1 2"
+    assert plan.drafter is lookup and plan.k == 4  # "1 2" went on with "3 4 1 2"
     assert plan.drafter.draft(history, plan.k).tokens == [3, 4, 1, 2]
 
 
-def test_choices_are_the_registry_kinds() -> None:
-    from tandem.engine.config import DRAFTER_CHOICES
-
-    assert set(DRAFTER_CHOICES) == {*registry.names(), registry.AUTO}
+def test_choices_are_the_registry_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert registry.choices() == (*registry.names(), registry.AUTO)
+    registry.check_choice(registry.AUTO)
+    with pytest.raises(TandemError, match="the drafter must be one of: "):
+        registry.check_choice("toy")
+    # A kind registered is a choice, with its help, and the config accepts it.
+    monkeypatch.setattr(registry, "KINDS", (*registry.KINDS, _spec("toy", 3)))
+    registry.check_choice("toy")
+    assert "toy: the toy kind" in registry.help_text() and registry.label("toy") == "toy"
+    GenerationConfig(drafter="toy").validate()

@@ -1,4 +1,5 @@
-"""Trained drafters' headers, checked against the target before anything loads (sidecar.py).
+"""Trained drafters' headers, checked against the target before anything loads
+(registry.check_file, with each kind's own checks).
 
 A crafted or damaged EAGLE-3 / DFlash header, or one made for another target, would make
 llama.cpp abort the process (an assertion on the layer it is asked to hand over, on the width of
@@ -18,10 +19,10 @@ import trained
 from run_helpers import TINY
 from tandem.cli.main import main
 from tandem.engine import ModelPair, TandemError
+from tandem.engine.drafters.registry import check_file, named, read_file
 from tandem.engine.gguf_file import read_gguf
-from tandem.engine.sidecar import check_sidecar, kind_from_name, read_facts
-from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import preflight
+from tandem.session.refs import DraftNeeds, PairRef
 
 E3 = model_files.tiny_eagle3_model
 DF = model_files.tiny_dflash_model
@@ -104,7 +105,7 @@ def test_a_crafted_header_is_one_line_before_anything_loads(
     path = make()
     target = trained.target()
     with pytest.raises(TandemError) as err:
-        check_sidecar(read_gguf(target), read_gguf(path))
+        check_file(read_gguf(target), read_gguf(path))
     assert reason in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TandemError, match=r"\w"):
         preflight(PairRef(target, path), DraftNeeds.of(["auto"]))
@@ -125,7 +126,7 @@ def test_a_crafted_header_is_one_line_before_anything_loads(
 
 
 def test_the_facts_of_each_kind() -> None:
-    e3 = read_facts(read_gguf(trained.eagle3()))
+    e3 = read_file(read_gguf(trained.eagle3()))
     assert (e3.kind, e3.label, e3.layers, e3.target_hidden, e3.max_draft) == (
         "eagle3",
         "EAGLE-3 drafter",
@@ -133,23 +134,23 @@ def test_the_facts_of_each_kind() -> None:
         32,
         32,
     )
-    d2t = read_facts(read_gguf(trained.eagle3_d2t()))
+    d2t = read_file(read_gguf(trained.eagle3_d2t()))
     assert d2t.draft_vocab == 49152 // 2 and d2t.own_head and not d2t.own_embeddings
-    df = read_facts(read_gguf(trained.dflash()))
+    df = read_file(read_gguf(trained.dflash()))
     assert (df.variant, df.block_size, df.max_draft, df.mask_token) == ("DFlash", 4, 3, 3)
     assert not df.anchor_first
-    ds = read_facts(read_gguf(trained.dspark()))
+    ds = read_file(read_gguf(trained.dspark()))
     assert (ds.label, ds.max_draft, ds.anchor_first) == ("DSpark drafter", 4, True)
-    assert read_facts(read_gguf(trained.dflash2())).variant == "DFlash2"
+    assert read_file(read_gguf(trained.dflash2())).variant == "DFlash2"
     names = ("eagle3-Qwen3-8B.gguf", "org/dspark-x.gguf", "mtp-y.gguf", "x.gguf")
-    assert [kind_from_name(n) for n in names] == ["eagle3", "dflash", "mtp", None]
+    assert [k.name if (k := named(n)) else None for n in names] == ["eagle3", "dflash", "mtp", None]
 
 
 def test_a_target_whose_layers_llama_cpp_cannot_hand_over_is_refused() -> None:
     """A mamba2 model's graph keeps no layer inputs: llama.cpp would assert."""
     mamba = model_files.tiny_stateful_model("mamba2-t", "mamba2", seed=21)
     with pytest.raises(TandemError, match="cannot hand over the hidden rows of a mamba2 model's layers"):
-        check_sidecar(read_gguf(mamba), read_gguf(trained.eagle3()))
+        check_file(read_gguf(mamba), read_gguf(trained.eagle3()))
 
 
 def test_a_drafter_given_as_the_target_or_as_a_draft_model_is_refused() -> None:

@@ -12,9 +12,10 @@ from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, install_catalog, mtp_targe
 from hub_server import FakeHub
 from tandem.catalog import ModelFile, PairSpec, download_file, pull_pair
 from tandem.engine import LoadOptions, ModelPair, TandemError
-from tandem.engine.mtp import heads_of
+from tandem.engine.drafters.heads.mtp import head_of
 from tandem.session.drafting import drafted_by, no_draft_note
-from tandem.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
+from tandem.session.pairs import resolve_pair
+from tandem.session.refs import DraftNeeds, PairRef, PairRequest
 
 
 def _no_fetch(spec: PairSpec, missing: Sequence[ModelFile]) -> None:
@@ -83,7 +84,7 @@ def test_a_catalog_pair_whose_target_has_no_heads_refuses_mtp(tiny_hub: FakeHub,
 def test_who_drafts_in_words(tiny_target: Path, tiny_draft: Path) -> None:
     options = LoadOptions(n_ctx=512, n_threads=1)
     with ModelPair.load(mtp_target(), None, options) as pair:
-        assert heads_of(pair.target) is not None
+        assert head_of(pair.target) is not None
         assert no_draft_note(pair, "auto") == (
             "no draft model given: drafting with the target's built-in draft heads (MTP) and prompt lookup"
         )

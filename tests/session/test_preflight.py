@@ -13,8 +13,10 @@ import model_files
 from catalogs import mtp_target, no_heads_target
 from tandem.catalog import ModelFile, PairSpec
 from tandem.engine import IncompatiblePairError, ModelFileError, TandemError
-from tandem.session.pairs import DraftNeeds, PairRef, PairRequest, resolve_pair
-from tandem.session.preflight import APP_REMEDY, CLI_REMEDY, no_heads_message, preflight
+from tandem.engine.drafters.heads.mtp import CLI_REMEDY, no_heads_message
+from tandem.session.pairs import resolve_pair
+from tandem.session.preflight import APP_REMEDY, preflight
+from tandem.session.refs import DraftNeeds, PairRef, PairRequest
 from tandem.ui.picker.path_tab import check_paths
 
 

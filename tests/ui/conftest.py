@@ -14,7 +14,7 @@ import pytest
 from ui_helpers import FIXED
 
 import model_files
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.settings import Settings, save_settings
 from tandem.ui.storage import AppDirs
 

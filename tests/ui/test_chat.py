@@ -10,7 +10,7 @@ from textual.widgets import Input, Markdown
 from ui_helpers import FIXED, run_app, send, start_sending, wait_for, wait_ready
 
 from tandem.engine import Origin
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.conversations import ConversationStore
 from tandem.ui.storage import AppDirs

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from ui_helpers import run_app, wait_for
 
 from catalogs import link_or_copy
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings, load_settings, save_changes, save_settings

@@ -15,9 +15,9 @@ from ui_helpers import in_lm_studio, picker, run_app, send, wait_for, wait_ready
 from catalogs import MTP_FILE, MTP_ONLY_CATALOG, MTP_REPO, install_catalog, mtp_target, no_heads_target
 from hub_server import FakeHub
 from tandem.engine import Origin
-from tandem.engine.mtp import heads_of
+from tandem.engine.drafters.heads.mtp import head_of
 from tandem.session.files import read_json
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.screens.settings import SettingsScreen
@@ -57,7 +57,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
         assert not p.query_one("#dl-row-draft").display  # one file: no draft row
         await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
         assert app.loaded.ref.name == "tiny-mtp" and app.loaded.ref.draft is None
-        assert heads_of(app.loaded.pair.target) is not None and hub.gets(MTP_FILE)
+        assert head_of(app.loaded.pair.target) is not None and hub.gets(MTP_FILE)
         assert read_json(dirs.state_file)["last_pair"]["draft"] == ""
         # The chat drafts with the heads (auto: the heads or prompt lookup, round by round).
         await send(pilot, "Tell me a story about the sea")

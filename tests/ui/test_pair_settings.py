@@ -18,7 +18,7 @@ from tandem.cli.chat_cmd import app_for
 from tandem.cli.main import build_parser
 from tandem.cli.options import chat_options
 from tandem.engine.config import FIXED_K
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings, save_settings

@@ -17,7 +17,7 @@ from hub_server import FakeHub
 from tandem.session import measured
 from tandem.session.files import read_json
 from tandem.session.measured import Measurement, SettingResult
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.storage import AppDirs

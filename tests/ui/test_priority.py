@@ -91,7 +91,7 @@ def test_the_app_lowers_its_ui_thread_and_not_the_engine(
         from pathlib import Path
         from tandem.ui.app import TandemApp
         from tandem.ui.priority import thread_nice
-        from tandem.session.pairs import PairRef
+        from tandem.session.refs import PairRef
         from tandem.ui.settings import save_settings
         from tandem.ui.storage import AppDirs
         from ui_helpers import FIXED, start_sending, wait_for, wait_ready

@@ -8,7 +8,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, Switch
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
 
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.demo import DemoPane, DemoScreen, first_difference
 from tandem.ui.screens.help import HelpScreen

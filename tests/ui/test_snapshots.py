@@ -24,7 +24,7 @@ from ui_helpers import wait_for, wait_ready
 from tandem.engine import Origin
 from tandem.engine.stats import DrafterStats
 from tandem.session.files import write_json
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.conversations import Conversation
 from tandem.ui.screens.demo import DemoPane, DemoScreen

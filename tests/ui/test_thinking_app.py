@@ -15,7 +15,7 @@ from ui_helpers import FIXED, run_app, send, wait_ready
 
 import model_files
 from tandem.engine import Origin
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, encode_spans
 from tandem.ui.settings import Settings, load_settings, save_settings

@@ -13,7 +13,7 @@ from ui_helpers import in_lm_studio, picker, run_app, send, wait_for
 
 import trained
 from tandem.engine import Origin
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.app import TandemApp
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.storage import AppDirs
@@ -67,7 +67,7 @@ def test_tandem_chat_with_a_target_alone_skips_a_companion_that_cannot_load(
     from gguf_edit import with_metadata
     from tandem.cli.chat_cmd import app_for
     from tandem.cli.options import ChatOptions
-    from tandem.session.pairs import PairRequest
+    from tandem.session.refs import PairRequest
 
     folder = tmp_path / "models"
     target = link_or_copy(trained.target(), folder / "tiny-target.gguf")

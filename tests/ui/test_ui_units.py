@@ -15,7 +15,7 @@ from textual.strip import Strip
 
 from tandem.engine import Origin, PrefillEvent, RoundEvent, TokenEvent
 from tandem.session.files import atomic_write_text
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
 from tandem.ui.jobs import EventBuffer
 from tandem.ui.live_stats import LiveStats

@@ -18,10 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.engine.costs import MeasuredCosts
-from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
-from tandem.engine.drafters.names import MODEL
-from tandem.engine.events import RoundEvent
+from tandem.engine import AdaptivePolicy, CostModel, FixedPolicy, MeasuredCosts, RoundEvent
 
 Policy = AdaptivePolicy | FixedPolicy
 
@@ -33,6 +30,7 @@ class Trace:
     category: str
     match: list[bool]
     eog: bool  # the last position is the end-of-generation token (not counted as output)
+    kind: str  # the drafter kind whose rounds these were (its spec prices a replayed round)
 
 
 def trace_from_rounds(category: str, rounds: Iterable[RoundEvent], generated: int, eog: bool) -> Trace:
@@ -40,10 +38,12 @@ def trace_from_rounds(category: str, rounds: Iterable[RoundEvent], generated: in
     A bonus token's position was never drafted; it is counted as agreeing (a fully accepted
     round is usually followed by more agreement)."""
     match: list[bool] = []
+    kind = ""
     for r in rounds:
         match += [True] * r.accepted
         match.append(r.accepted == r.drafted and r.drafted > 0)
-    return Trace(category, match[: generated + (1 if eog else 0)], eog)
+        kind = kind or r.drafter
+    return Trace(category, match[: generated + (1 if eog else 0)], eog, kind)
 
 
 def costs_from_report(report: dict[str, Any]) -> MeasuredCosts:
@@ -98,7 +98,7 @@ def replay(trace: Trace, policy: Policy, costs: MeasuredCosts, max_tokens: int) 
         accepted = 0
         while accepted < drafted and pos + accepted < n and match[pos + accepted]:
             accepted += 1
-        cost += costs.round_cost(MODEL if drafted else "", drafted, caught_up=behind)
+        cost += costs.round_cost(trace.kind if drafted else "", drafted, caught_up=behind)
         policy.observe(drafted, accepted)
         behind = (2 if accepted == drafted else 1) if drafted else behind + 1
         pos += accepted + 1

@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from tandem.engine.costs import MeasuredCosts
-from tandem.engine.drafters import registry
-from tandem.engine.stats import DrafterStats
+from tandem.engine import DrafterStats, MeasuredCosts, drafter_kinds, uses_draft_model
 
 from .interval import bootstrap_median
 from .prompts import BenchPrompt
@@ -60,7 +58,7 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
     speedup = statistics.median(ratios) if ratios else 0.0
     predicted = generated / cost if cost else 0.0
     kinds = _kinds(mine)
-    by_model = any(d.rounds for kind, d in kinds.items() if registry.uses_draft_model(kind))
+    by_model = any(d.rounds for kind, d in kinds.items() if uses_draft_model(kind))
     base_ids = {(r.prompt, r.run): r.ids for r in base}
     return {
         "speedup": speedup,
@@ -87,7 +85,7 @@ def _group(records: Sequence[RunRecord], setting: str, costs: MeasuredCosts) -> 
 
 def _kinds(records: Sequence[RunRecord]) -> dict[str, DrafterStats]:
     """Per drafter kind, the engine's counts summed over the runs."""
-    out = {kind: DrafterStats() for kind in registry.names()}
+    out = {kind: DrafterStats() for kind in drafter_kinds()}
     for r in records:
         for kind, d in r.stats.drafters.items():
             total = out.setdefault(kind, DrafterStats())

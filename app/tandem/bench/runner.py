@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from tandem.engine import GenerationConfig, GenerationStats, ModelPair, RoundEvent
-from tandem.engine.draft_policy import CostModel
+from tandem.engine import CostModel, GenerationConfig, GenerationStats, RoundEvent
 from tandem.session.collect import collect
 
 from .prompts import BenchPrompt
 from .settings import BenchSetting
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 BASELINE = "target only"
 

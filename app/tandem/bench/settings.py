@@ -1,16 +1,16 @@
-"""Named drafting configurations to compare: `model:k=5`, `auto`, `lookup`, ...
+"""Named drafting configurations to compare: `auto`, a kind alone, `KIND:k=5`, ...
 
-Each spec is `DRAFTER[:k=K][:p=P]`: DRAFTER is model, lookup, mtp (the target's own draft
-heads) or auto; with k=K the draft length is fixed at K, without it adaptive drafting picks K
-each round (up to the run's --draft-max); with p=P the drafter stops before a token it is less
-than P sure of (the run's --p-min otherwise).
+Each spec is `DRAFTER[:k=K][:p=P]`: DRAFTER is one of the engine's drafter choices (a kind, or
+auto); with k=K the draft length is fixed at K, without it adaptive drafting picks K each round
+(up to the run's --draft-max); with p=P the drafter stops before a token it is less than P sure
+of (the run's --p-min otherwise).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tandem.engine import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, DrafterChoice, GenerationConfig, TandemError
+from tandem.engine import DRAFT_MAX_LIMIT, DrafterChoice, GenerationConfig, TandemError, drafter_choices
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,10 @@ def parse_drafters(spec: str | None, default: DrafterChoice) -> set[DrafterChoic
 
 def _drafter(item: str) -> DrafterChoice:
     drafter = item.partition(":")[0]
-    for choice in DRAFTER_CHOICES:
-        if drafter == choice:
-            return choice
+    if drafter in drafter_choices():
+        return drafter
     raise TandemError(
-        f"--compare: unknown drafter {drafter!r} in {item!r} (use {', '.join(DRAFTER_CHOICES)})"
+        f"--compare: unknown drafter {drafter!r} in {item!r} (use {', '.join(drafter_choices())})"
     )
 
 

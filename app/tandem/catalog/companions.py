@@ -1,5 +1,5 @@
 """A target's companions: the drafters shipped beside it (EAGLE-3, DFlash and DSpark GGUFs, and
-its MTP heads in a file of their own; engine/sidecar.py says what they are).
+its MTP heads in a file of their own; the drafter kinds say what they are: registry.classify).
 
 ggml-org's conversions put them in the target's repository as `eagle3-*.gguf`, `dflash-*.gguf`,
 `dspark-*.gguf` (and `mtp-*.gguf`: the target's own heads in a file of their own), so they are
@@ -7,7 +7,7 @@ looked for in the target's folder and, for a file in the Hugging Face cache, in 
 of its repository (a companion downloaded later lands in a newer one). A GGUF there is a
 companion when its header says it is an EAGLE-3 or DFlash drafter or MTP heads without a
 trunk; it is offered when its
-header also matches the target's (width, layers: sidecar.check_sidecar), and listed with the
+header also matches the target's (width, layers: registry.check_file), and listed with the
 reason otherwise. Only headers are read.
 """
 
@@ -17,22 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tandem.engine.drafters import registry
+from tandem.engine.drafters.spec import Files
 from tandem.engine.errors import TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.sidecar import DFLASH, EAGLE3, MTP, check_sidecar, kind_from_name, read_facts, sidecar_kind
-
-# Which kind is offered first when a target has several (auto then drafts with that one):
-# EAGLE-3's single layer is the cheapest step, DFlash's block the cheapest pass; MTP heads in a
-# file of their own are the target's own heads.
-PREFERENCE = (EAGLE3, DFLASH, MTP)
-
-KIND_LABELS = {EAGLE3: "EAGLE-3 drafter", DFLASH: "DFlash drafter", MTP: "MTP heads"}
 
 
 @dataclass(frozen=True)
 class Companion:
     path: Path
-    kind: str  # the drafter kind that drafts with it: "eagle3", "dflash", "mtp" (heads alone)
+    kind: str  # the drafter kind that drafts with it (registry.classify)
     label: str  # "EAGLE-3 drafter", "DSpark drafter"...
     problem: str = ""  # why it cannot draft for this target; "" when it can
 
@@ -53,30 +47,33 @@ def companions_of(target: Path, *, header: Header = read_gguf) -> list[Companion
         t_info = header(target)
     except TandemError:
         return []
-    if sidecar_kind(t_info) is not None:
+    if registry.classify(t_info) is not None:
         return []  # a drafter has no companions of its own
-    found: list[Companion] = []
+    found: list[tuple[Files, Companion]] = []
     for path in _beside(target):
-        named = kind_from_name(path.name)
+        named = registry.named(path.name)
         try:
             info = header(path)
         except TandemError as exc:
-            if named is not None:
-                found.append(Companion(path, named, KIND_LABELS[named], str(exc)))
+            if named is not None and named.files is not None:
+                found.append((named.files, Companion(path, named.name, named.files.label, str(exc))))
             continue
-        kind = sidecar_kind(info)
-        if kind is None:
-            if named is not None:
-                found.append(Companion(path, named, KIND_LABELS[named], f"it is a {info.architecture} model"))
+        kind = registry.classify(info)
+        if kind is None or kind.files is None:
+            if named is not None and named.files is not None:
+                problem = f"it is a {info.architecture} model"
+                found.append((named.files, Companion(path, named.name, named.files.label, problem)))
             continue
         try:
-            label = read_facts(info).label
-            check_sidecar(t_info, info)
-            found.append(Companion(path, kind, label))
+            label = kind.files.read(info).label
+            registry.check_file(t_info, info)
+            found.append((kind.files, Companion(path, kind.name, label)))
         except TandemError as exc:
-            found.append(Companion(path, kind, KIND_LABELS[kind], _reason(str(exc))))
-    order = {k: i for i, k in enumerate(PREFERENCE)}
-    return sorted(found, key=lambda c: (not c.usable, order.get(c.kind, len(order)), c.path.name))
+            found.append((kind.files, Companion(path, kind.name, kind.files.label, _reason(str(exc)))))
+    # Usable first; then the kind a target drafts with when it has several (Files.rank: a
+    # trained drafter before MTP heads in a file of their own), then by name.
+    found.sort(key=lambda fc: (not fc[1].usable, fc[0].rank, fc[1].path.name))
+    return [c for _, c in found]
 
 
 def usable_companion(target: Path, kind: str | None = None) -> Companion | None:
@@ -95,15 +92,15 @@ def draft_label(filename: str, path: Path | None = None) -> str:
     (`eagle3-...`, `dflash-...`, `dspark-...`, `mtp-...`): "EAGLE-3 drafter", "DSpark drafter"
     (from its header once downloaded, else from the name); "" for a draft model. (Curated
     names: the headers of every downloaded draft are not read for `tandem pairs`.)"""
-    kind = kind_from_name(filename)
-    if kind is None:
+    kind = registry.named(filename)
+    if kind is None or kind.files is None:
         return ""
     if path is not None:
         try:
-            return read_facts(read_gguf(path, check_data=False)).label
+            return registry.read_file(read_gguf(path, check_data=False)).label
         except TandemError:
             pass  # (not what its name says, or unreadable: the preflight will say)
-    return KIND_LABELS[kind]
+    return kind.files.label
 
 
 def _beside(target: Path) -> list[Path]:

@@ -30,12 +30,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from tandem.engine.compat import compatibility_problems, cross_problems
+from tandem.engine.drafters import registry
 from tandem.engine.errors import ModelFileError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.sidecar import read_facts, sidecar_kind
 from tandem.engine.small_files import read_small_text
 
-from .companions import KIND_LABELS, Companion, companions_of
+from .companions import Companion, companions_of
 from .hub_cache import hub_cache_dir
 from .spec import split_info, split_parts
 
@@ -191,11 +191,11 @@ def _describe(path: Path, source: str, name: str) -> LocalGGUF:
             n_params += part_info.n_params
     template = info.chat_template
     sidecar = ""
-    if (kind := sidecar_kind(info)) is not None:
+    if (kind := registry.classify(info)) is not None and kind.files is not None:
         try:
-            sidecar = read_facts(info).label
+            sidecar = kind.files.read(info).label
         except TandemError:
-            sidecar = KIND_LABELS[kind]
+            sidecar = kind.files.label
     return LocalGGUF(
         path=path,
         source=source,

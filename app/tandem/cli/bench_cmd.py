@@ -20,17 +20,23 @@ from tandem.bench.chart import speedup_chart
 from tandem.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from tandem.bench.report import build_report
 from tandem.bench.runner import RunRecord, run_bench
-from tandem.bench.settings import parse_drafters, parse_settings
+from tandem.bench.settings import BenchSetting, parse_drafters, parse_settings
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import BenchOptions, add_generation_options, add_model_options, bench_options
 from tandem.cli.process import peak_rss_bytes
-from tandem.engine import ModelPair, TandemError
-from tandem.engine.costs import mean_costs, measure_costs
+from tandem.engine import (
+    GenerationConfig,
+    ModelPair,
+    TandemError,
+    drafter_choices,
+    mean_costs,
+    measure_costs,
+)
 from tandem.session import measured
-from tandem.session.choices import generation_config, load_options
 from tandem.session.drafting import exact_note
-from tandem.session.pairs import DraftNeeds, load_pair, resolve_pair
-from tandem.session.prompts import pair_notes, text_prompt
+from tandem.session.pairs import open_pair
+from tandem.session.prompts import text_prompt
+from tandem.session.refs import PairRef
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,11 +65,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--compare",
         metavar="SPECS",
-        help="settings to compare, comma-separated: model, lookup, mtp (the target's own draft "
-        "heads), eagle3 / dflash (a trained drafter given as --draft or beside the target), auto "
-        "(adaptive K) or model:k=5, mtp:k=3 ... (fixed K), with :p=P for a --p-min "
-        "(model:p=0.2). "
-        "Default: the drafting options given",
+        help=f"settings to compare, comma-separated, each DRAFTER[:k=K][:p=P]: DRAFTER one of "
+        f"{', '.join(drafter_choices())} (as --drafter), adaptive K unless :k=K fixes it, :p=P a "
+        "--p-min (e.g. auto,lookup:k=5). Default: the drafting options given",
     )
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
     p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")
@@ -81,13 +85,24 @@ def bench(opts: BenchOptions) -> int:
         if not prompts:
             raise TandemError(f"no prompts in the categories {', '.join(opts.categories)}")
     drafters = parse_drafters(opts.compare, opts.choices.drafter)
-    ref = resolve_pair(opts.models, DraftNeeds.of(drafters), fetch=terminal_fetch(yes=opts.yes))
-    base = generation_config(opts.choices, ref.spec)
-    settings = parse_settings(opts.compare, base)
-    with load_pair(ref, load_options(opts.choices, ref.spec)) as pair:
-        for note in pair_notes(pair, raw=opts.raw):
+    settings: list[BenchSetting] = []
+
+    def read_settings(ref: PairRef, base: GenerationConfig) -> None:
+        settings.extend(parse_settings(opts.compare, base))  # (refused before the models load)
+
+    fetch = terminal_fetch(yes=opts.yes)
+    with open_pair(
+        opts.models,
+        opts.choices,
+        fetch=fetch,
+        drafters=sorted(drafters),
+        raw=opts.raw,
+        before_load=read_settings,
+    ) as opened:
+        pair, base = opened.pair, opened.config
+        for note in opened.notes:
             print(f"note: {note}", file=sys.stderr)
-        # (--exact where the target cannot give it is refused here; a K exactness caps, said once)
+        # (a K exactness caps, said once)
         for note in dict.fromkeys(filter(None, (exact_note(pair, s.config) for s in settings))):
             print(f"note: {note}", file=sys.stderr)
         encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]

@@ -17,7 +17,8 @@ from tandem.catalog import has_heads, usable_companion
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.options import ChatOptions, add_model_options, chat_options
 from tandem.engine import TandemError
-from tandem.session.pairs import DraftNeeds, PairRef, resolve_pair
+from tandem.session.pairs import resolve_pair
+from tandem.session.refs import DraftNeeds, PairRef
 
 if TYPE_CHECKING:
     from tandem.ui.app import TandemApp

@@ -22,7 +22,7 @@ from tandem.catalog.units import format_bytes
 from tandem.cli.process import interrupt_sets
 from tandem.cli.progress import ProgressPrinter
 from tandem.engine import TandemError
-from tandem.session.pairs import Fetch
+from tandem.session.refs import Fetch
 
 
 def terminal_fetch(*, yes: bool) -> Fetch:

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from tandem.cli.options import options_for
-    from tandem.engine.errors import TandemError
+    from tandem.engine import TandemError
 
     handler, options = options_for(args)
     try:

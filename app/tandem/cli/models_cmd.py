@@ -14,7 +14,7 @@ from tandem.catalog.discovery import lm_studio_dirs, ollama_dirs, scan
 from tandem.catalog.hub_cache import hub_cache_dir
 from tandem.catalog.units import format_bytes, format_params
 from tandem.cli.options import ModelsOptions, models_options
-from tandem.engine.recurrence import describe, rollback_of, state_kind
+from tandem.engine import describe_state, drafter_of_own_heads, rollback_of, state_kind
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,8 +126,8 @@ def models(args: ModelsOptions) -> int:
                 m.name,
                 m.architecture
                 + (
-                    f" ({m.sidecar or describe(m.architecture)})"
-                    if m.sidecar or describe(m.architecture)
+                    f" ({m.sidecar or describe_state(m.architecture)})"
+                    if m.sidecar or describe_state(m.architecture)
                     else ""
                 ),
                 format_params(m.n_params),
@@ -155,7 +155,8 @@ def models(args: ModelsOptions) -> int:
     if heads:
         print(
             "built-in: the model's own draft heads (multi-token prediction layers): it drafts for "
-            f"itself, e.g. tandem run --target {shlex.quote(str(heads[0].path))} --drafter mtp"
+            f"itself, e.g. tandem run --target {shlex.quote(str(heads[0].path))} "
+            f"--drafter {drafter_of_own_heads()}"
         )
     with_trained = [m for m in found if trained.get(m.path)]
     if with_trained:

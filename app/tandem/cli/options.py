@@ -14,10 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tandem.engine import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, GenerationConfig, LoadOptions, SamplerSettings
-from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K, RPC_PORT_DEFAULT
+from tandem.engine import (
+    ADAPTIVE_K_MAX,
+    DRAFT_MAX_LIMIT,
+    FIXED_K,
+    RPC_PORT_DEFAULT,
+    GenerationConfig,
+    LoadOptions,
+    SamplerSettings,
+    drafter_choices,
+    drafter_help,
+)
 from tandem.session.choices import Choices
-from tandem.session.pairs import PairRequest
+from tandem.session.refs import PairRequest
 
 _SAMPLER = SamplerSettings()
 _LOAD = LoadOptions()
@@ -125,15 +134,9 @@ def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None
     )
     g.add_argument(
         "--drafter",
-        choices=DRAFTER_CHOICES,
+        choices=drafter_choices(),
         default=GenerationConfig.drafter,
-        help="who drafts: the draft model, prompt lookup (continue text found earlier in the context; "
-        "no draft model needed), mtp: the target's own draft heads (multi-token prediction layers, in "
-        "Qwen3.5/3.6 GGUFs and others; no draft model needed), eagle3 / dflash: a trained EAGLE-3 or "
-        "DFlash (DSpark) drafter for the target, given as --draft or found beside it (eagle3-*.gguf, "
-        "dflash-*.gguf), cross: a draft model of another tokenizer, its text re-encoded into the "
-        "target's tokens, or auto: each round, whichever of those the models have promises more "
-        "speed (default)",
+        help=f"who drafts (default: {GenerationConfig.drafter}): {drafter_help()}",
     )
     g.add_argument(
         "--no-adaptive",

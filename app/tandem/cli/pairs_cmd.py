@@ -27,8 +27,7 @@ from tandem.catalog.spec import BUILTIN_DRAFT
 from tandem.catalog.units import format_bytes
 from tandem.cli.fetch import download_with_progress
 from tandem.cli.options import PairsOptions, PullOptions, pairs_options, pull_options
-from tandem.engine import TandemError
-from tandem.engine.config import MIN_CONTEXT
+from tandem.engine import MIN_CONTEXT, TandemError
 from tandem.session import measured
 
 # The DRAFT column of a pair drafted by the target's own heads.

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
-from tandem.engine import GenerationStats, Origin, PartStats
-from tandem.engine.drafters.registry import AUTO
+from tandem.engine import AUTO_DRAFTER, GenerationStats, Origin, PartStats
 from tandem.session.collect import Outcome
 
 RESET = "\x1b[0m"
@@ -135,7 +134,7 @@ def stats_line(s: GenerationStats) -> str:
                 f"draft {100 * s.draft_s / s.decode_s:.0f}% / verify {100 * s.verify_s / s.decode_s:.0f}%"
             )
         drafted_by = [f"{d.rounds} {kind}" for kind, d in s.drafters.items() if d.rounds]
-        if s.drafter == AUTO and drafted_by:
+        if s.drafter == AUTO_DRAFTER and drafted_by:
             parts.append("rounds drafted: " + ", ".join(drafted_by))  # who auto chose
     if s.reasoning_tokens:
         parts += [_part_line("reasoning", s.reasoning, s.mode), _part_line("answer", s.answer, s.mode)]

@@ -18,13 +18,11 @@ from tandem.cli.options import (
 from tandem.cli.process import interrupt_sets, peak_rss_bytes
 from tandem.cli.render import TokenWriter, legend, stats_line
 from tandem.engine import TandemError
-from tandem.session.choices import generation_config, load_options
 from tandem.session.collect import collect, outcome_json
 from tandem.session.drafting import exact_note, no_draft_note
-from tandem.session.pairs import DraftNeeds, found_notes, load_pair, resolve_pair
+from tandem.session.pairs import open_pair
 from tandem.session.prompts import (
     build_text,
-    pair_notes,
     system_folded_note,
     thinking_note,
     with_reasoning,
@@ -89,19 +87,13 @@ def run(opts: RunOptions) -> int:
     choices = opts.choices
     choices.validate()
     text = read_prompt(opts.prompt)
-    ref = resolve_pair(
-        opts.models,
-        DraftNeeds.of([choices.drafter], speculative=speculative),
-        fetch=terminal_fetch(yes=opts.yes),
-    )
-    cfg = generation_config(choices, ref.spec)
+    fetch = terminal_fetch(yes=opts.yes)
     colour = opts.color == "always" or (opts.color == "auto" and sys.stdout.isatty())
 
-    with load_pair(ref, load_options(choices, ref.spec)) as pair:
-        exact = exact_note(pair, cfg)  # (refused first, in one line, where --exact cannot be)
-        for note in pair_notes(pair, raw=opts.raw):
-            print(f"note: {note}", file=sys.stderr)
-        for note in found_notes(ref, pair):
+    with open_pair(opts.models, choices, fetch=fetch, speculative=speculative, raw=opts.raw) as opened:
+        pair, cfg = opened.pair, opened.config
+        exact = exact_note(pair, cfg)
+        for note in opened.notes:
             print(f"note: {note}", file=sys.stderr)
         if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
             print(f"note: {drafting}", file=sys.stderr)

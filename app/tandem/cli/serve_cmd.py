@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from tandem.cli.fetch import terminal_fetch
@@ -14,11 +15,10 @@ from tandem.cli.options import (
     add_think_option,
     serve_options,
 )
-from tandem.engine import TandemError
-from tandem.session.choices import generation_config, load_options
+from tandem.engine import GenerationConfig, TandemError
 from tandem.session.drafting import drafted_by
-from tandem.session.pairs import DraftNeeds, PairRef, found_notes, load_pair, resolve_pair
-from tandem.session.prompts import pair_notes
+from tandem.session.pairs import open_pair
+from tandem.session.refs import PairRef
 
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's, which clients offer first for a local server
 
@@ -98,21 +98,23 @@ def serve(opts: ServeOptions) -> int:
     if opts.max_body is not None and not 0 < opts.max_body < 2**20:
         raise TandemError("the body limit (--max-body) must be a positive number of MiB")
     choices = opts.choices
-    choices.validate()
     speculative = not opts.baseline
-    ref = resolve_pair(
-        opts.models,
-        DraftNeeds.of([choices.drafter], speculative=speculative),
-        fetch=terminal_fetch(yes=opts.yes),
-    )
-    sock = bind(opts.host, opts.port)  # before loading: a port in use is found at once
+    sockets: list[socket.socket] = []
+
+    def bind_first(ref: PairRef, config: GenerationConfig) -> None:
+        sockets.append(bind(opts.host, opts.port))  # before loading: a port in use is found at once
+
     try:
-        with load_pair(ref, load_options(choices, ref.spec)) as pair:
-            # --exact where the target cannot give it: refused now, not on every request.
-            pair.exact_config(generation_config(choices, ref.spec))
-            for note in pair_notes(pair, raw_hint=False):
-                print(f"note: {note}", file=sys.stderr)
-            for note in found_notes(ref, pair):
+        with open_pair(
+            opts.models,
+            choices,
+            fetch=terminal_fetch(yes=opts.yes),
+            speculative=speculative,
+            raw_hint=False,
+            before_load=bind_first,
+        ) as opened:
+            pair, ref, sock = opened.pair, opened.ref, sockets[0]
+            for note in opened.notes:
                 print(f"note: {note}", file=sys.stderr)
             name = opts.name or model_id(ref)
             settings = ServeSettings(
@@ -142,6 +144,7 @@ def serve(opts: ServeOptions) -> int:
 
             run_server(pair, settings, sock, ready)
     finally:
-        sock.close()
+        for sock in sockets:
+            sock.close()
     print("tandem serve: stopped", file=sys.stderr)
     return 0

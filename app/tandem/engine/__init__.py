@@ -1,14 +1,42 @@
-"""Tandem's speculative decoding engine on llama.cpp. No UI code lives here (no Textual)."""
+"""Tandem's speculative decoding engine on llama.cpp: its face, the one import of the front-ends
+(cli, server, ui, bench; tests/test_layers.py holds them to it). No UI code lives here (no
+Textual).
 
-from .chat_template import ChatMessage
+What needs llama.cpp's bindings (a loaded model, a pair) is imported when first asked for, so
+the rest (configs, events, statistics, the drafter choices) imports without llama-cpp-python.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .chat_template import RESERVED_VARIABLES, ChatMessage, ChatTemplateError
 from .compat import check_pair, compatibility_problems
-from .config import DRAFT_MAX_LIMIT, DRAFTER_CHOICES, DrafterChoice, GenerationConfig, LoadOptions
+from .config import (
+    ADAPTIVE_K_MAX,
+    DRAFT_MAX_LIMIT,
+    FIXED_K,
+    MIN_CONTEXT,
+    RPC_PORT_DEFAULT,
+    DrafterChoice,
+    GenerationConfig,
+    LoadOptions,
+)
+from .costs import MeasuredCosts, mean_costs, measure_costs
+from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from .drafters.registry import AUTO as AUTO_DRAFTER
+from .drafters.registry import across_tokenizers as drafter_across_tokenizers
+from .drafters.registry import choices as drafter_choices
+from .drafters.registry import help_text as drafter_help
+from .drafters.registry import label as drafter_label
+from .drafters.registry import names as drafter_kinds
+from .drafters.registry import own_heads as drafter_of_own_heads
+from .drafters.registry import uses_draft_model
 from .errors import (
     ContextOverflowError,
     GenerationError,
     IncompatiblePairError,
     ModelFileError,
     ModelLoadError,
+    PromptCancelled,
     TandemError,
 )
 from .events import (
@@ -21,30 +49,67 @@ from .events import (
     PrefillEvent,
     RoundEvent,
     StartEvent,
+    StopReason,
     TokenEvent,
 )
 from .gguf_file import GGUFInfo, read_gguf
-from .model import LoadedModel
-from .pair import ChatPrompt, ModelPair
-from .reasoning import ReasoningFormat, ReasoningSplit, Thinking
+from .prompting import ChatPrompt
+from .reasoning import REASONING, ReasoningFormat, ReasoningSplit, Thinking, think_from_variables
+from .recurrence import describe as describe_state
+from .recurrence import rollback_of, state_kind
 from .sampling import SamplerSettings
+from .small_files import UnusableFile, read_small_bytes, read_small_text
+from .speedup import SpeedupMeter, with_speedup
+from .stats import DrafterStats, KindRounds, Tally
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
+    from .pair import ModelPair
+
+# Names whose modules load llama.cpp's bindings: imported on first use (PEP 562).
+_LAZY = {"LoadedModel": ".model", "ModelPair": ".pair"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # (found directly from now on)
+    return value
+
 
 __all__ = [
-    "DRAFTER_CHOICES",
+    "ADAPTIVE_K_MAX",
+    "AUTO_DRAFTER",
     "DRAFT_MAX_LIMIT",
+    "FIXED_K",
+    "MIN_CONTEXT",
+    "REASONING",
+    "RESERVED_VARIABLES",
+    "RPC_PORT_DEFAULT",
+    "AdaptivePolicy",
     "ChatMessage",
     "ChatPrompt",
+    "ChatTemplateError",
     "ContextOverflowError",
+    "CostModel",
     "DoneEvent",
     "DrafterChoice",
+    "DrafterStats",
     "Event",
+    "FixedPolicy",
     "GGUFInfo",
     "GenerationConfig",
     "GenerationError",
     "GenerationStats",
     "IncompatiblePairError",
+    "KindRounds",
     "LoadOptions",
     "LoadedModel",
+    "MeasuredCosts",
     "ModelFileError",
     "ModelLoadError",
     "ModelPair",
@@ -52,15 +117,36 @@ __all__ = [
     "Part",
     "PartStats",
     "PrefillEvent",
+    "PromptCancelled",
     "ReasoningFormat",
     "ReasoningSplit",
     "RoundEvent",
     "SamplerSettings",
+    "SpeedupMeter",
     "StartEvent",
+    "StopReason",
+    "Tally",
     "TandemError",
     "Thinking",
     "TokenEvent",
+    "UnusableFile",
     "check_pair",
     "compatibility_problems",
+    "describe_state",
+    "drafter_across_tokenizers",
+    "drafter_choices",
+    "drafter_help",
+    "drafter_kinds",
+    "drafter_label",
+    "drafter_of_own_heads",
+    "mean_costs",
+    "measure_costs",
     "read_gguf",
+    "read_small_bytes",
+    "read_small_text",
+    "rollback_of",
+    "state_kind",
+    "think_from_variables",
+    "uses_draft_model",
+    "with_speedup",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .errors import TandemError
 from .sampling import SamplerSettings
@@ -31,12 +31,10 @@ ADAPTIVE_K_MAX = 12
 # be equally valid but not the same from run to run, and a seed asks for repeatable output.
 FIXED_K = 5
 
-# Who drafts: the draft model, prompt lookup (continue an n-gram found earlier in the context;
-# no model needed), the target's own multi-token-prediction heads (mtp), a trained EAGLE-3 or
-# DFlash drafter given in place of a draft model, a draft model of another tokenizer (cross), or
-# auto (each round, whichever of those the pair has promises more tokens per second).
-DrafterChoice = Literal["model", "lookup", "mtp", "eagle3", "dflash", "cross", "auto"]
-DRAFTER_CHOICES: tuple[DrafterChoice, ...] = ("model", "lookup", "mtp", "eagle3", "dflash", "cross", "auto")
+# Who drafts: one drafter kind by name, or auto (each round, whichever kind the pair has promises
+# more tokens per second). The kinds are the registry's (drafters/registry.py: choices(), which
+# also checks a choice); this module names none.
+DrafterChoice = str
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class GenerationConfig:
     # guesses are usually rejected, and each costs a draft step. Depends on the draft alone,
     # so it never changes the output.
     p_min: float = 0.0
-    drafter: DrafterChoice = "auto"
+    drafter: DrafterChoice = "auto"  # (drafters.registry.AUTO)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     stop: tuple[str, ...] = ()
     # Exact output (exact.py): the target computes each verified row as it computes it alone,
@@ -86,8 +84,6 @@ class GenerationConfig:
             raise TandemError(f"K (draft max) must be between 0 and {DRAFT_MAX_LIMIT}")
         if not 0.0 <= self.p_min < 1.0:  # also refuses NaN
             raise TandemError("p-min must be in [0, 1)")
-        if self.drafter not in DRAFTER_CHOICES:
-            raise TandemError(f"the drafter must be one of: {', '.join(DRAFTER_CHOICES)}")
         try:
             self.sampler.validate()
         except ValueError as exc:
@@ -131,7 +127,7 @@ class LoadOptions:
     # rpc-server endpoints (HOST:PORT) the target's layers are spread over (rpc.py); the draft
     # always stays local. Empty: everything runs here.
     rpc_servers: tuple[str, ...] = ()
-    # Load a target's built-in draft heads (multi-token prediction, mtp.py) when its GGUF has
+    # Load a target's built-in draft heads (multi-token prediction, drafters/heads/mtp.py) when its GGUF has
     # them: one more decoder block's weights and a small context. Off: they stay on disk.
     load_mtp: bool = True
 

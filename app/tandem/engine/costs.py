@@ -14,11 +14,13 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .drafters import registry
 from .drafters.lookup import LookupDrafter
-from .model import LoadedModel
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class MeasuredCosts:
         tokens, then c per further token) plus verifying drafted + 1 tokens. `draft_s`: the
         drafting time the round measured, for a kind these measurements do not time."""
         kind = registry.spec(drafter)
-        draft = 0.0 if kind is None else kind.draft_cost(self, drafted, caught_up, looked_up, draft_s)
+        draft = 0.0 if kind is None else kind.traits.draft_cost(self, drafted, caught_up, looked_up, draft_s)
         return draft + self.v(drafted + 1)
 
 

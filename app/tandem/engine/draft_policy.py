@@ -29,8 +29,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .drafters.names import LOOKUP, MODEL
-
 
 @dataclass
 class _Ema:
@@ -112,7 +110,7 @@ class CostModel:
 
     # --- observations -------------------------------------------------------------------
     def observe_model_draft(
-        self, behind: int, first_s: float, rest_s: float, rest_steps: int, kind: str = MODEL
+        self, behind: int, first_s: float, rest_s: float, rest_steps: int, kind: str
     ) -> None:
         """A round drafted by a model (a draft model, or the target's MTP heads): its first
         step, which caught up on `behind` tokens, and the steps after it."""
@@ -133,9 +131,6 @@ class CostModel:
     def observe_block(self, kind: str, k: int, seconds: float) -> None:
         """A block drafter's pass for k tokens took `seconds` (its catch-up included)."""
         self.of(kind).blocks.setdefault(k, _Ema()).add(seconds)
-
-    def observe_lookup(self, seconds: float) -> None:
-        self.observe_search(LOOKUP, seconds)
 
     def observe_verify(self, n_tokens: int, seconds: float) -> None:
         self.verify.setdefault(n_tokens, _Ema()).add(seconds)
@@ -183,7 +178,7 @@ class CostModel:
             self.restore.value if self.restore.known else 0.0,
         )
 
-    def catchup_time(self, tokens: float, kind: str = MODEL) -> float:
+    def catchup_time(self, tokens: float, kind: str) -> float:
         """Extra time a drafter that keeps in step (a draft model) takes to catch up on
         `tokens` it did not draft itself."""
         d = self.of(kind)
@@ -326,7 +321,7 @@ class AdaptivePolicy:
     _EXPLORE_KNOWN = (0.01, 2.0)
     _EXPLORE_NEW = (0.04, 5.0)
 
-    def __init__(self, k_max: int, costs: CostModel, kind: str = MODEL, k_start: int = 4) -> None:
+    def __init__(self, k_max: int, costs: CostModel, kind: str, k_start: int = 4) -> None:
         self.k_max = k_max
         self.costs = costs
         self.kind = kind

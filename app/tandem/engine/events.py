@@ -59,7 +59,7 @@ class RoundEvent:
     draft_s: float
     verify_s: float
     k: int = 0  # draft length chosen for the round (adaptive drafting varies it)
-    drafter: str = ""  # the kind that drafted (drafters/names.py), or "" (no draft)
+    drafter: str = ""  # the kind that drafted (drafters/registry.py), or "" (no draft)
     # Tokens the drafter decoded in this round's first batch: 1 normally, 2 after a fully
     # accepted round, more after rounds it sat out (another kind drafted); 0 if it did not run.
     caught_up: int = 0

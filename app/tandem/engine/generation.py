@@ -78,6 +78,7 @@ def check_request(
     (ContextOverflowError for a prompt that does not fit). Returns the draft model the
     generation uses (None: none) and the context both share."""
     config.validate()
+    registry.check_choice(config.drafter)
     if not prompt:
         raise TandemError("the prompt is empty")
     why = registry.missing(target, draft, config.drafter) if speculative else None

@@ -234,7 +234,7 @@ class GGUFInfo:
     @property
     def mtp_layers(self) -> int:
         """How many multi-token-prediction ("nextn") blocks follow the trunk (0: none): the
-        model's own draft heads (mtp.py)."""
+        model's own draft heads (drafters/heads/mtp.py)."""
         value = self.get(f"{self.architecture}.nextn_predict_layers", 0)
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 

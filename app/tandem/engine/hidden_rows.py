@@ -1,6 +1,6 @@
 """A decode's extra output: each token's hidden row (the trunk's last state before the LM
 head), which llama.cpp produces when `embeddings_nextn` is on. Listeners of a model's decodes
-(model.py) may ask for it; the target's MTP heads (mtp.py) are fed from it.
+(model.py) may ask for it; the target's MTP heads (drafters/heads/mtp.py) are fed from it.
 
 llama.cpp exports these calls from its staging header without C linkage, so they are bound by
 their Itanium-mangled names on Linux/macOS when the C names are missing.

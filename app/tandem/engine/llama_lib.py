@@ -6,6 +6,11 @@ resident memory and 0.1 s that Tandem never uses, since it drives the C API dire
 nothing has imported the package yet, we register a bare package object for `llama_cpp` and
 import only its `llama_cpp.llama_cpp` submodule (the bindings), which needs nothing else.
 If the full package is already imported (by other code in the process), we use it as is.
+
+The bindings load on first use, not on import: `llama_cpp` here stands for them until then, so a
+module may import it and be imported where llama-cpp-python is absent (the fast lane of the
+tests, the catalog), as long as it calls nothing at import. Each name is looked up once and then
+kept on this stand-in, so a call through it costs what a call through the module would.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import types
+from typing import Any
 
 from .threads import configure_openmp
 
@@ -38,5 +45,27 @@ def _import_bindings() -> types.ModuleType:
     return importlib.import_module("llama_cpp.llama_cpp")
 
 
-configure_openmp()  # before llama.cpp's CPU backend loads libgomp (threads.py)
-llama_cpp = _import_bindings()
+class _Bindings(types.ModuleType):
+    """llama_cpp.llama_cpp, imported when a name of it is first asked for."""
+
+    def __getattr__(self, name: str) -> Any:
+        real = _bindings()
+        value = getattr(real, name)
+        setattr(self, name, value)  # (found directly from now on)
+        return value
+
+
+_real: types.ModuleType | None = None
+_lock = threading.Lock()  # (threads may ask first at once: the app's workers)
+
+
+def _bindings() -> types.ModuleType:
+    global _real
+    with _lock:
+        if _real is None:
+            configure_openmp()  # before llama.cpp's CPU backend loads libgomp (threads.py)
+            _real = _import_bindings()
+        return _real
+
+
+llama_cpp: Any = _Bindings("llama_cpp")

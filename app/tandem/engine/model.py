@@ -1,14 +1,9 @@
-"""One GGUF model loaded through llama.cpp's C API, with a mirror of its KV cache.
+"""One GGUF model loaded through llama.cpp's C API: loading it, and decoding.
 
-`LoadedModel` owns a llama_model, a llama_context and one reusable llama_batch. It tracks in
-`cached` exactly which tokens sit in the KV cache of sequence 0, so that any run can start by
-keeping the longest common prefix with its prompt (multi-turn chat, regenerate, or a run that
-was cancelled half-way all leave the cache in a known state).
-
-A recurrent or hybrid model (recurrence.py) cannot drop a suffix of its state at will: its
-`truncate` uses llama.cpp's own snapshots where they cover the rollback, else restores a
-checkpoint taken with `checkpoint()` and re-decodes what is kept, else starts over; `cached`
-describes what the state really is in every case.
+`LoadedModel` owns a llama_model, a llama_context and one reusable llama_batch. Its other
+concerns are parts of their own: its vocabulary (vocab.py: text and tokens) and the mirror of
+its KV cache (kv_mirror.py: which tokens the cache holds, rollback and recurrent checkpoints).
+It tells its listeners of every decode and knows no drafter.
 
 Logits are requested only for the rows that need them and returned as a zero-copy numpy view
 of llama.cpp's output buffer. The context is created with `n_outputs_max` set to the largest
@@ -30,24 +25,22 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from . import devices, exact, hidden_rows, llama_log, rpc, threads
+from . import devices, exact, exact_kernels, hidden_rows, llama_log, rpc, threads
 from .config import LoadOptions
-from .errors import ContextOverflowError, GenerationError, ModelLoadError, TandemError
+from .errors import ContextOverflowError, GenerationError, ModelLoadError
 from .gguf_file import GGUFInfo, read_gguf
+from .kv_mirror import KvMirror
 from .llama_lib import llama_cpp
 from .memory import kv_cache_bytes
-
-# Copy only the recurrent part of a hybrid's state (its attention KV cache is truncated as
-# usual); a purely recurrent model's state is that part anyway.
-_STATE_FLAGS = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+from .vocab import Vocabulary
 
 Outputs = Literal["none", "last", "all"]
 
 
 class DecodeListener(Protocol):
-    """Something kept in step with a model's decodes (the target's MTP heads, mtp.py): told of
-    every batch, from which position and which tokens; it reads the extra outputs it asked for
-    (`LoadedModel.want_hidden_rows`) from the model while the batch's outputs are valid."""
+    """Something kept in step with a model's decodes (the drafters that read the target's rows:
+    drafters/heads/): told of every batch, from which position and which tokens; it reads the
+    extra outputs it asked for from the model while the batch's outputs are valid."""
 
     decode_seconds: float  # its own time inside llama.cpp (a generation's clock counts it)
 
@@ -107,7 +100,7 @@ def default_threads() -> int:
     return max(1, min(8, n if n <= 4 else n // 2))
 
 
-class LoadedModel:
+class LoadedModel(KvMirror, Vocabulary):
     """A model plus context. Not thread-safe: one generation at a time drives it."""
 
     def __init__(
@@ -120,7 +113,7 @@ class LoadedModel:
     ) -> None:
         ensure_backend()
         self.options = opts = options or LoadOptions()
-        self.path = Path(path).expanduser()
+        self.path: Path = Path(path).expanduser()
         self.role = role
         self.info = info or read_gguf(self.path)
         self.notes: list[str] = []
@@ -164,27 +157,13 @@ class LoadedModel:
         # Where its layers run (the front-ends say it: the stats line, --json, the panel).
         self.devices: list[devices.Device] = offload_to if self.gpu_layers else []
 
-        # A recurrent state (recurrence.py): how many positions llama.cpp itself can roll back
-        # (0: Tandem checkpoints instead).
-        self.recurrent = _has_recurrent_state(self._model)
-        self.snapshots = int(llama_cpp.llama_n_rs_seq(self._ctx)) if self.recurrent else 0
-        self._rollback_room = 0  # positions a snapshot rollback may undo right now
-        self._checkpoints: dict[str, _Checkpoint] = {}
-        # Seconds spent copying states out (checkpoint) and back in plus re-decoding (restore).
-        self.checkpoint_seconds = 0.0
-        self.restore_seconds = 0.0
-        self.vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self._init_mirror(_has_recurrent_state(self._model))
+        self._init_vocabulary()
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
-        self.cached: list[int] = []
         # Time spent inside llama.cpp decoding: llama_decode, and until its outputs were read.
         self.decode_seconds = 0.0
         self._t_decode = 0.0
-        self._piece_cache: dict[int, bytes] = {}
-        self.eog: dict[int, bool] = {}  # token -> ends a generation, as met (see is_eog)
-        self.texts: dict[int, str] = {}  # token -> its text, where complete (see TokenStream)
         self._greedy_chain: Any = None  # the attached in-graph greedy sampler (see decode_greedy)
         # In-graph greedy not used for this model: the backend cannot run it, or logits were
         # wanted once (see _greedy_in_graph); numpy's argmax instead.
@@ -197,7 +176,7 @@ class LoadedModel:
         # read run ggml's reference kernels (generation.py sets it; prefill stays fast).
         self.exact = False
         self._exact_plan: exact.ExactPlan | None = None
-        self._reference: exact.ReferenceKernels | None = None  # bound with the plan
+        self._reference: exact_kernels.ReferenceKernels | None = None  # bound with the plan
         # Told of every decode (DecodeListener); attached after loading (pair.py asks each drafter
         # kind whether it follows the target's decodes).
         self.listeners: list[DecodeListener] = []
@@ -212,7 +191,7 @@ class LoadedModel:
         if self._devices is not None:
             mparams.devices = ctypes.addressof(self._devices)
         # The file's own MTP blocks, loaded when asked for and this build can run them (a
-        # listener uses them: mtp.py).
+        # listener uses them: drafters/heads/mtp.py).
         self.mtp_loaded = opts.load_mtp and self.mtp_layers_in_file > 0 and hidden_rows.supported()
         mparams.load_mtp = self.mtp_loaded
         log_mark = llama_log.mark()
@@ -333,7 +312,7 @@ class LoadedModel:
 
     @property
     def model_ptr(self) -> int:
-        """The llama_model (for a context of another type over the same weights: mtp.py)."""
+        """The llama_model (for a context of another type over the same weights: the MTP heads)."""
         assert self._model is not None
         return self._model
 
@@ -356,16 +335,16 @@ class LoadedModel:
         return self._exact_plan
 
     def _plan_exactness(self) -> exact.ExactPlan:
-        if not exact.available():
+        if not exact_kernels.available():
             return exact.ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
-        self._reference = ref = exact.ReferenceKernels(self.ctx)
+        self._reference = ref = exact_kernels.ReferenceKernels(self.ctx)
         return exact.plan(
             backends=ref.backends,
             cpu_backends=ref.cpu_backends,
             flash_attn_off=self.options.flash_attn_type == 0,
             recurrent=self.recurrent,
             float_matrices=exact.float_matrices(self.info),
-            buffers=exact.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
+            buffers=exact_kernels.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
         )
 
     @property
@@ -376,172 +355,6 @@ class LoadedModel:
         """Bytes of this context's KV cache (F16 K and V for every layer and position), and of
         a recurrent model's state with the snapshots llama.cpp keeps of it."""
         return kv_cache_bytes(self.info, self.n_ctx, self.snapshots)
-
-    def is_eog(self, token: int) -> bool:
-        """Whether `token` ends a generation (asked for every token: remembered per token, and
-        the generation loop reads `eog` itself first)."""
-        eog = self.eog.get(token)
-        if eog is None:
-            eog = self.eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
-        return eog
-
-    @property
-    def bos_id(self) -> int:
-        return int(llama_cpp.llama_vocab_bos(self.vocab))
-
-    @property
-    def eos_id(self) -> int:
-        return int(llama_cpp.llama_vocab_eos(self.vocab))
-
-    # ------------------------------------------------------------------ text
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        try:
-            raw = text.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate: an undecodable byte of argv or a file
-            raise TandemError(
-                f"the text is not valid Unicode (an undecodable byte at character {exc.start}): "
-                "check its encoding (UTF-8 is expected)"
-            ) from None
-        cap = len(raw) + 16
-        buf = (llama_cpp.llama_token * cap)()
-        n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (llama_cpp.llama_token * cap)()
-            n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        return list(buf[:n])
-
-    def piece(self, token: int) -> bytes:
-        """The token's bytes (may be part of a UTF-8 character); special tokens render empty."""
-        cached = self._piece_cache.get(token)
-        if cached is None:
-            cached = self._piece_cache[token] = self._token_bytes(token, special=False)
-        return cached
-
-    def token_text(self, token: int) -> str:
-        """The vocabulary entry's text, special tokens included (for building prompts)."""
-        return self._token_bytes(token, special=True).decode("utf-8", errors="replace")
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        """Text of a token sequence, special tokens included (for showing prompts)."""
-        return b"".join(self._token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
-
-    def _token_bytes(self, token: int, *, special: bool) -> bytes:
-        """llama_token_to_piece into a 64-byte buffer, or one as large as it says it needs."""
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    def chat_template(self) -> str | None:
-        ptr = llama_cpp.llama_model_chat_template(self._model, None)
-        return ptr.decode("utf-8", errors="replace") if ptr else None
-
-    # ------------------------------------------------------------------ KV cache
-    def truncate(self, n: int, *, replay: bool = True) -> None:
-        """Keep the first n cached tokens, drop the rest from the KV cache.
-
-        A recurrent state is rolled back by llama.cpp's snapshots where they reach, else by the
-        latest checkpoint at or before n, re-decoding up to n (`replay`; without it the cache
-        may be left holding fewer than n tokens: `cached` says how many), else from scratch."""
-        if n >= len(self.cached):
-            return
-        if self.recurrent:
-            self._rewind(n, replay)
-            return
-        ok = llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1)
-        if not ok:
-            # Some caches (recurrent state, pruned sliding windows) cannot drop a suffix:
-            # start over rather than keep a state we cannot describe.
-            llama_cpp.llama_memory_clear(self._mem, True)
-            self.cached = []
-            return
-        del self.cached[n:]
-
-    def reset(self) -> None:
-        llama_cpp.llama_memory_clear(self._mem, True)
-        self.cached = []
-        self._rollback_room = 0
-        self._checkpoints.clear()
-
-    # ------------------------------------------------------------------ recurrent state
-    def can_roll_back(self, k: int) -> bool:
-        """Whether the next batch of k + 1 tokens can afterwards be cut back by up to k with
-        llama.cpp's own snapshots (always, for an attention model): no checkpoint needed."""
-        return not self.recurrent or (k <= self.snapshots and k < self.n_batch)
-
-    def checkpoint(self, slot: str = "round") -> None:
-        """Keep a copy of the recurrent state as it is now, for `truncate` to come back to.
-
-        Slots: "round" (before a batch that may be rejected) and "prompt" (after a prefill, so
-        that regenerating an answer or a cancelled run does not re-read the prompt). A copy is
-        bytes of the recurrent state only: a hybrid's attention cache is truncated as usual."""
-        if not self.recurrent:
-            return
-        t0 = time.perf_counter()
-        old = self._checkpoints.get(slot)
-        point = _Checkpoint(len(self.cached), old.data if old is not None else None)
-        if self.cached:
-            ctx = self._ctx
-            _llama_synchronize(ctx)
-            size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, 0, _STATE_FLAGS))
-            if point.data is None or len(point.data) < size:
-                point.data = (ctypes.c_uint8 * size)()
-            point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, 0, _STATE_FLAGS))
-            if point.size == 0:
-                self._checkpoints.pop(slot, None)  # (truncate then starts over: slow, never wrong)
-                return
-        self._checkpoints[slot] = point
-        self.checkpoint_seconds += time.perf_counter() - t0
-
-    def _rewind(self, n: int, replay: bool) -> None:
-        """truncate(n) for a recurrent state."""
-        t0 = time.perf_counter()
-        back = len(self.cached) - n
-        # llama.cpp's snapshots hold the states after each of the last batch's tokens but its
-        # first (and seq_rm cannot tell a written snapshot from a stale one), once: a second
-        # rollback before the next decode is refused.
-        if n > 0 and back <= self._rollback_room and llama_cpp.llama_memory_seq_rm(self._mem, 0, n, -1):
-            del self.cached[n:]
-            self._rollback_room = 0
-            self._forget_checkpoints_beyond(n)
-            return
-        tokens = self.cached[:n]
-        usable = [c for c in self._checkpoints.values() if c.length <= n]
-        point = max(usable, key=lambda c: c.length, default=None)
-        if point is None or point.length == 0 or not self._restore(point):
-            self.reset()
-        else:
-            del self.cached[point.length :]
-            self._rollback_room = 0
-            self._forget_checkpoints_beyond(point.length)
-        if replay and len(self.cached) < n:
-            self._decode(tokens[len(self.cached) :], "none", None)
-        self.restore_seconds += time.perf_counter() - t0
-
-    def _restore(self, point: _Checkpoint) -> bool:
-        assert point.data is not None
-        ctx = self._ctx
-        _llama_synchronize(ctx)
-        if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, 0, _STATE_FLAGS):
-            return False
-        # The recurrent part now ends at the checkpoint; a hybrid's attention part still holds
-        # the later positions: drop them.
-        return bool(llama_cpp.llama_memory_seq_rm(self._mem, 0, point.length, -1))
-
-    def _forget_checkpoints_beyond(self, n: int) -> None:
-        for slot in [s for s, c in self._checkpoints.items() if c.length > n]:
-            del self._checkpoints[slot]
-
-    def keep_prefix_of(self, tokens: Sequence[int]) -> int:
-        """Drop cached tokens after the longest common prefix with `tokens`; return its length."""
-        self.truncate(common_prefix(self.cached, tokens), replay=False)  # the caller decodes the rest
-        return len(self.cached)
-
-    def kv_pos_max(self) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
 
     # ------------------------------------------------------------------ decoding
     def decode(
@@ -758,41 +571,7 @@ class LoadedModel:
             self._logits_address = address
         return self._logits_view[:rows]
 
-    def _resync_after_failure(self) -> None:
-        """After a failed decode, make `cached` describe what the KV cache really holds."""
-        if self.recurrent:
-            self.reset()  # what a failed batch did to a recurrent state cannot be told
-            return
-        pos_max = self.kv_pos_max()
-        if pos_max + 1 < len(self.cached):
-            del self.cached[pos_max + 1 :]
-        elif pos_max + 1 > len(self.cached) and not llama_cpp.llama_memory_seq_rm(
-            self._mem, 0, len(self.cached), -1
-        ):
-            # Part of the failed batch stayed in the cache and cannot be dropped: start over.
-            self.reset()
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens `a` and `b` share from their start (what a cache keeps of a new input, and
-    how followers of a model's decodes find where it cut: mtp.py, the trained drafters)."""
-    n, top = 0, min(len(a), len(b))
-    while n < top and a[n] == b[n]:
-        n += 1
-    return n
-
 
 def _has_recurrent_state(model: object) -> bool:
     """Whether llama.cpp says the model holds a recurrent state (recurrent or hybrid)."""
     return bool(llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model))
-
-
-class _Checkpoint:
-    """A copy of a sequence's recurrent state, taken when the cache held `length` tokens."""
-
-    __slots__ = ("data", "length", "size")
-
-    def __init__(self, length: int, data: ctypes.Array[ctypes.c_uint8] | None) -> None:
-        self.length = length
-        self.data = data
-        self.size = 0

@@ -21,10 +21,13 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import PromptCancelled
 from .llama_lib import llama_cpp
-from .model import LoadedModel
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
 
 # What llama.cpp's isspace() strips next to a special token marked lstrip/rstrip (ASCII only).
 _SPACE = " \t\n\v\f\r"

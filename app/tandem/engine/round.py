@@ -26,12 +26,15 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .drafters import Proposal
 from .drafters.spec import Drafter
 from .events import RoundEvent
-from .model import LoadedModel
 from .sampling import Dist, NonFiniteLogits, SamplerSettings, accept_draft, distribution, residual
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,14 +20,17 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .config import GenerationConfig
 from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from .drafters import registry
 from .drafters.spec import BuildContext, Drafter, DrafterSpec, Policy, RoundView
 from .events import RoundEvent
-from .model import DecodeListener, LoadedModel
 from .round import PLAIN, Plan
+
+if TYPE_CHECKING:
+    from .model import DecodeListener, LoadedModel
 
 # Per round, how much the recent share of free-drafter tokens forgets (about 10 rounds).
 _SHARE_DECAY = 0.9
@@ -57,7 +60,7 @@ class Scheduler:
             else FixedPolicy(self.k_max)
             for d in self.drafters
         }
-        self._has_free = any(s.free for s in self._specs.values())
+        self._has_free = any(s.traits.free for s in self._specs.values())
         self.rounds_done = 0
         # Recent share of the answer that free drafters supplied (decayed token counts): it
         # decides whether a draft model is worth keeping in step (drafters/model.py).
@@ -99,11 +102,11 @@ class Scheduler:
         if not offers:
             return PLAIN
         specs = self._specs
-        drafting = [o for o in offers if specs[o[1]].timed_by_drafting]
+        drafting = [o for o in offers if specs[o[1]].traits.timed_by_drafting]
         unmeasured = [o for o in drafting if o[0] == 0.0]
         if all(o[0] == 0.0 for o in offers):
             # Fixed K, or costs not measured yet: the cheapest kind to try.
-            best = min(offers, key=lambda o: specs[o[1]].untimed_rank)
+            best = min(offers, key=lambda o: specs[o[1]].traits.untimed_rank)
         elif unmeasured and len(unmeasured) < len(drafting):
             best = unmeasured[0]  # measure it once: its rate is unknown until it drafts
         else:

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -25,15 +25,14 @@ from starlette.types import Receive, Scope, Send
 from tandem import __version__
 from tandem.engine import (
     ChatPrompt,
+    ChatTemplateError,
+    ContextOverflowError,
     DoneEvent,
     GenerationStats,
-    ModelPair,
     ReasoningSplit,
     TandemError,
     TokenEvent,
 )
-from tandem.engine.chat_template import ChatTemplateError
-from tandem.engine.errors import ContextOverflowError
 from tandem.session.choices import Choices, generation_config
 from tandem.session.drafting import drafts_itself, offered
 from tandem.session.prompts import build_chat, system_folded_note
@@ -52,6 +51,9 @@ from .guards import BodyGuard, HostCheck, HostGuard
 from .prompts import PromptBuilds, StoppedBuilding
 from .schema import ChatCompletionRequest, CompletionRequest
 from .slot import ClientGone, Generation, Slot
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 log = logging.getLogger("tandem.serve")
 T = TypeVar("T")

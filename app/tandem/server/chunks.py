@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tandem.engine import GenerationStats, PartStats, TokenEvent
-from tandem.engine.events import StopReason
+from tandem.engine import GenerationStats, PartStats, StopReason, TokenEvent
 from tandem.session.collect import token_origins
 
 Kind = Literal["chat", "text"]

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from tandem.engine.errors import PromptCancelled
+from tandem.engine import PromptCancelled
 
 from .slot import ClientGone
 

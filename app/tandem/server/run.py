@@ -22,17 +22,21 @@ import socket
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from tandem.engine import ModelPair, TandemError
+from tandem.engine import TandemError
 
 from .api import ServeSettings, create_app
 from .errors import ApiError
 from .prompts import PromptBuilds
 from .slot import Slot
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 # Open connections get this long to finish after a stop signal (the generation is cancelled
 # first, so a streaming answer ends within a round): well inside the 3 s a user waits.

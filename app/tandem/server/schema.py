@@ -20,9 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tandem.engine import ChatMessage
-from tandem.engine.chat_template import RESERVED_VARIABLES
-from tandem.engine.reasoning import think_from_variables
+from tandem.engine import RESERVED_VARIABLES, ChatMessage, think_from_variables
 from tandem.session.choices import Choices
 
 from .errors import bad_request

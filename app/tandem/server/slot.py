@@ -20,11 +20,15 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tandem.engine import DoneEvent, Event, GenerationConfig, ModelPair, PrefillEvent, RoundEvent, TandemError
+from tandem.engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
 
 from .errors import ApiError
 from .stopping import Stopping
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 class ClientGone(Exception):

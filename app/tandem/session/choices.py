@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tandem.engine.config import DrafterChoice, GenerationConfig, LoadOptions
+from tandem.engine.drafters import registry
 from tandem.engine.errors import TandemError
 from tandem.engine.sampling import SamplerSettings
 
@@ -49,6 +50,7 @@ class Choices:
         if self.p_min is not None and not math.isfinite(self.p_min):
             raise TandemError("p-min must be a number in [0, 1)")
         generation_config(self).validate()
+        registry.check_choice(self.drafter)
         load_options(self).validate()
 
 

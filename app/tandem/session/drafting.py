@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
-from tandem.engine import ModelPair
+from typing import TYPE_CHECKING
+
 from tandem.engine.config import DrafterChoice, GenerationConfig
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 def drafters_used(pair: ModelPair, drafter: DrafterChoice) -> list[str]:
     """What drafts with `drafter` on this pair, in the engine's order of preference (see
     generation.generate): what a setting names, and for auto everything the pair has."""
     kinds = registry.available(pair.target, pair.draft, drafter)
-    return [s.phrase(pair.target, pair.draft) for s in kinds]
+    return [s.words.phrase(pair.target, pair.draft) for s in kinds]
 
 
 def drafted_by(pair: ModelPair, drafter: DrafterChoice, *, speculative: bool = True) -> str:
@@ -37,8 +41,8 @@ def no_draft_note(pair: ModelPair, drafter: DrafterChoice) -> str | None:
         return None  # the draft file given (or found) is a trained drafter: it drafts
     own = [s for s in kinds if s.needs is not Needs.NOTHING]
     if own:
-        return "no draft model given: drafting with " + " and ".join(s.note for s in kinds)
-    note = "no draft model given: drafting with " + " and ".join(s.note for s in kinds) + " only"
+        return "no draft model given: drafting with " + " and ".join(s.words.note for s in kinds)
+    note = "no draft model given: drafting with " + " and ".join(s.words.note for s in kinds) + " only"
     why = [w for s in registry.KINDS if s.unusable is not None and (w := s.unusable(pair.target))]
     return note + (f" ({'; '.join(why)})" if why else "")
 
@@ -57,7 +61,7 @@ def trained_drafter(pair: ModelPair) -> str | None:
     """What the pair's trained drafter is, in words ("eagle3-x.gguf (EAGLE-3 drafter)"), when
     its draft file is one (EAGLE-3, DFlash); None otherwise."""
     kinds = [s for s in registry.offered(pair.target, None) if s.needs is Needs.SIDECAR]
-    return kinds[0].phrase(pair.target, None) if kinds else None
+    return kinds[0].words.phrase(pair.target, None) if kinds else None
 
 
 def exact_note(pair: ModelPair, config: GenerationConfig) -> str | None:

@@ -1,153 +1,33 @@
 """Which models a session uses: a catalog pair (downloaded first, with the user's consent) or
-two files on disk, resolved the same way for every front-end.
+two files on disk, resolved the same way for every front-end; and opening them.
 
 A front-end describes what the user asked for as a `PairRequest` and passes in how to fetch
 missing files (`Fetch`: the CLI asks on the terminal and draws progress bars; the app has its
-own download panel). The result is a `PairRef`: the files, and the catalog entry they came
-from, whose settings then apply (choices.py).
+own download panel). The result is a `PairRef` (refs.py): the files, and the catalog entry they
+came from, whose settings then apply (choices.py). `open_pair` is the whole setup the command
+line's run, serve and bench share: choices checked, the pair resolved, its config, the models
+loaded, the notes to show.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
 
-from tandem.engine.config import DrafterChoice
+from tandem.engine.config import DrafterChoice, GenerationConfig
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
 from tandem.engine.errors import TandemError
+from tandem.session.choices import Choices, generation_config, load_options
 from tandem.session.preflight import preflight
+from tandem.session.prompts import pair_notes
+from tandem.session.refs import DraftNeeds, Fetch, PairRef, PairRequest, file_kind
 
 if TYPE_CHECKING:
-    from tandem.catalog.spec import ModelFile, PairSpec
     from tandem.engine.config import LoadOptions
     from tandem.engine.pair import ModelPair
-
-
-@dataclass(frozen=True)
-class PairRef:
-    """A target and (usually) a draft on disk, and the catalog pair they came from, if any. No
-    draft: the target drafts alone (its own draft heads, or prompt lookup)."""
-
-    target: Path
-    draft: Path | None
-    name: str = ""  # the catalog name, when the pair came from the catalog
-    spec: PairSpec | None = field(default=None, compare=False)  # its entry: its settings apply
-    # How the draft was chosen when the user named none (a companion found beside the target),
-    # in words a front-end may print; "" otherwise.
-    found: str = field(default="", compare=False)
-    # The usable companions found beside the target when none was named, the draft first: they
-    # are tried in order when the pair loads, and none of them is needed (load_pair).
-    companions: tuple[Path, ...] = field(default=(), compare=False)
-    # Why the other companions found there are not used (their headers refused), as notes.
-    unused: tuple[str, ...] = field(default=(), compare=False)
-
-    @classmethod
-    def from_catalog(cls, spec: PairSpec, target: Path, draft: Path | None) -> PairRef:
-        return cls(target, draft, spec.name, spec)
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        t = _stem(self.target)
-        if self.draft is None:
-            return t
-        d = _stem(self.draft)
-        # "SmolLM2-135M-Instruct.F16 + SmolLM2-135M-Instruct.Q4_1" -> "SmolLM2-135M-Instruct F16 + Q4_1"
-        n = 0
-        for i, (a, b) in enumerate(zip(t, d, strict=False)):
-            if a != b:
-                break
-            if a in ".-_":
-                n = i + 1
-        if n >= 8 and n < len(t) and n < len(d):
-            return f"{t[: n - 1]} {t[n:]} + {d[n:]}"
-        return f"{t} + {d}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"target": str(self.target), "draft": str(self.draft or ""), "name": self.name}
-
-    @classmethod
-    def from_json(cls, d: Any) -> PairRef | None:
-        """A pair the app saved (a target, and a draft unless the target drafts with its own
-        heads: ""); None for anything else. The catalog entry is looked up again by
-        `with_catalog_entry`."""
-        if not isinstance(d, dict):
-            return None
-        target, draft, name = d.get("target"), d.get("draft"), d.get("name")
-        if not (isinstance(target, str) and target and isinstance(draft, str)):
-            return None
-        return cls(Path(target), Path(draft) if draft else None, name if isinstance(name, str) else "")
-
-    def with_catalog_entry(self, catalog_path: Path | None = None) -> PairRef:
-        """The same files with their catalog entry (its settings), when the name is still in
-        the catalog; unchanged otherwise (a catalog that cannot be read costs only that)."""
-        if not self.name or self.spec is not None:
-            return self
-        from tandem.catalog import load_catalog
-
-        try:
-            spec = load_catalog(catalog_path).get(self.name)
-        except TandemError:
-            return self
-        return PairRef(self.target, self.draft, self.name, spec)
-
-
-def _stem(path: Path) -> str:
-    return path.name.removesuffix(".gguf")
-
-
-@dataclass(frozen=True)
-class PairRequest:
-    """The models a user asked for: a catalog pair by name, or a target (and draft) file."""
-
-    pair: str | None = None
-    target: Path | None = None
-    draft: Path | None = None
-    catalog: Path | None = None  # a user catalog read besides the built-in one
-
-
-# Gets the files of a catalog pair that are not on disk yet, asking the user first if the
-# front-end does; raises TandemError (or DownloadCancelled) when they will not be there.
-Fetch = Callable[["PairSpec", Sequence["ModelFile"]], None]
-
-
-@dataclass(frozen=True)
-class DraftNeeds:
-    """What a generation's drafting asks of the models, known before any is loaded."""
-
-    use_draft: bool = False  # it drafts with a draft model if there is one (a pair brings its draft)
-    need_draft: bool = False  # it cannot run without one (the model drafter)
-    need_heads: bool = False  # it drafts with the target's own heads, and only with them (mtp)
-    # It drafts with a trained drafter of this kind beside the target ("eagle3", "dflash"),
-    # given as the draft file or found beside the target, and only with it; "": not asked.
-    need_sidecar: str = ""
-    # A draft file that is a drafter of a kind it uses is kept even where a draft model would
-    # not be (the MTP heads alone, for --drafter mtp).
-    use_sidecar: bool = False
-
-    @classmethod
-    def of(cls, drafters: Iterable[DrafterChoice], *, speculative: bool = True) -> DraftNeeds:
-        """The needs of generations with each of `drafters` (one, or a benchmark's several)."""
-        choices = set(drafters) if speculative else set()
-        needs = {need for choice in choices for need in registry.needs_of(choice)}
-        sidecars = [c for c in choices if Needs.SIDECAR in registry.needs_of(c)]
-        return cls(
-            use_draft=any(registry.uses_draft_file(choice) for choice in choices),
-            need_draft=Needs.DRAFT_MODEL in needs,
-            need_heads=Needs.HEADS in needs,
-            need_sidecar=sidecars[0] if sidecars else "",
-            use_sidecar=any(s.load_sidecar is not None for c in choices for s in registry.chosen(c)),
-        )
-
-    @classmethod
-    def of_pair(cls, ref: PairRef) -> DraftNeeds:
-        """The needs of a front-end that drafts with whatever the pair brings (the app): its
-        draft model, or without one the target's own heads."""
-        return cls(use_draft=True, need_heads=ref.draft is None)
 
 
 def resolve_pair(request: PairRequest, needs: DraftNeeds, *, fetch: Fetch, check: bool = True) -> PairRef:
@@ -173,21 +53,23 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             "say which models to use: --pair NAME (see `tandem pairs`) or --target PATH --draft PATH"
         )
     if needs.need_draft and request.draft is None:
+        text = next(s.name for s in registry.KINDS if s.needs is Needs.NOTHING)  # (prompt lookup)
         raise TandemError(
-            "the model drafter needs a draft model: add --draft PATH, or draft from the context "
-            "with --drafter lookup (or run the target alone with --baseline)"
+            "the drafter asked for needs a draft model: add --draft PATH, or draft from the "
+            f"context with --drafter {text} (or run the target alone with --baseline)"
         )
     target = request.target.expanduser()
     draft = request.draft.expanduser() if request.draft is not None else None
-    if draft is not None and not needs.use_draft and not (needs.use_sidecar and _is_drafter_file(draft)):
+    kind = file_kind(draft) if draft is not None else ""
+    if draft is not None and not needs.use_draft and not (needs.use_sidecar and kind != ""):
         draft = None  # (a draft model the chosen drafter does not use)
     if draft is None and (needs.use_draft or needs.need_heads) and not needs.need_draft:
         # No draft named: a drafter shipped beside the target drafts (auto, or the kind asked
         # for), as llama.cpp's downloader pairs `eagle3-*` and `mtp-*` files with their model.
         from tandem.catalog import companions_of
 
-        kind = needs.need_sidecar or ("mtp" if needs.need_heads else None)
-        found = [c for c in companions_of(target) if kind in (None, c.kind)]
+        kinds = needs.companion_kinds()
+        found = [c for c in companions_of(target) if kinds is None or c.kind in kinds]
         usable = [c for c in found if c.usable]
         beside = f"found beside {target.name}"
         unused = tuple(f"{c.path.name}, {beside}, is not used: {c.problem}" for c in found if not c.usable)
@@ -195,9 +77,11 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
             first = usable[0]
             note = f"drafting with {first.path.name}, the {first.label} found beside {target.name}"
             paths = tuple(c.path for c in usable)
-            return PairRef(target, first.path, found=note, companions=paths, unused=unused)
+            return PairRef(
+                target, first.path, found=note, companions=paths, unused=unused, known_kind=first.kind
+            )
         return PairRef(target, None, unused=unused)
-    return PairRef(target, draft)
+    return PairRef(target, draft, known_kind=kind if draft is not None else "")
 
 
 def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
@@ -209,6 +93,63 @@ def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
     if ref.companions:
         return ModelPair.load(ref.target, None, options, companions=ref.companions)
     return ModelPair.load(ref.target, ref.draft, options)
+
+
+@dataclass
+class OpenPair:
+    """A pair opened for a front-end: its files, the models, the generation config the user's
+    choices make over the pair's settings, and what to tell the user before it runs."""
+
+    ref: PairRef
+    pair: ModelPair
+    config: GenerationConfig
+    notes: list[str]  # how the pair loaded, a missing chat template, the drafters found beside it
+
+    def close(self) -> None:
+        self.pair.close()
+
+    def __enter__(self) -> OpenPair:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def open_pair(
+    request: PairRequest,
+    choices: Choices,
+    *,
+    fetch: Fetch,
+    drafters: Sequence[DrafterChoice] = (),
+    speculative: bool = True,
+    raw: bool = False,
+    raw_hint: bool = True,
+    before_load: Callable[[PairRef, GenerationConfig], None] | None = None,
+) -> OpenPair:
+    """The setup every command-line front-end shares: the choices checked, the pair resolved
+    (downloaded through `fetch`, checked by the preflight) for drafting with `drafters` (one
+    or several; default: the choices' own), its generation config, exact output refused where
+    asked for and not possible, the models loaded, and the notes to show. `before_load` runs
+    just before loading, with the pair and its config (the server binds its socket there, the
+    bench reads its settings). `raw`: the text goes in as written, so a missing chat template
+    is no news; `raw_hint`: the front-end has --raw to suggest."""
+    choices.validate()
+    ref = resolve_pair(
+        request, DraftNeeds.of(drafters or [choices.drafter], speculative=speculative), fetch=fetch
+    )
+    config = generation_config(choices, ref.spec)
+    if before_load is not None:
+        before_load(ref, config)
+    pair = load_pair(ref, load_options(choices, ref.spec))
+    try:
+        pair.exact_config(config)  # (--exact where the target cannot give it: refused now, once)
+        notes = [*pair_notes(pair, raw=raw, raw_hint=raw_hint), *found_notes(ref, pair)]
+    except BaseException:
+        pair.close()
+        raise
+    return OpenPair(ref, pair, config, notes)
 
 
 def as_loaded(ref: PairRef, pair: ModelPair) -> PairRef:
@@ -230,15 +171,8 @@ def found_notes(ref: PairRef, pair: ModelPair) -> list[str]:
     return notes
 
 
-def _is_drafter_file(path: Path) -> bool:
-    """Whether `path` is a drafter in a file of its own (EAGLE-3, DFlash, MTP heads alone)."""
-    from tandem.engine.gguf_file import read_gguf
-    from tandem.engine.sidecar import sidecar_kind
-
-    try:
-        return sidecar_kind(read_gguf(path, check_data=False)) is not None
-    except TandemError:
-        return True  # (kept: the preflight says what is wrong with it)
+# What a target can draft with alone: its own heads, or the text.
+_ALONE = (Needs.HEADS, Needs.NOTHING)
 
 
 def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> PairRef:
@@ -247,9 +181,10 @@ def _catalog_pair(request: PairRequest, needs: DraftNeeds, fetch: Fetch) -> Pair
     assert request.pair is not None
     spec = load_catalog(request.catalog).get(request.pair)
     if needs.need_draft and spec.draft is None:
+        alone = [*(s.name for s in registry.KINDS if s.choosable and s.needs in _ALONE), registry.AUTO]
         raise TandemError(
             f"pair {spec.name} has no draft model (its target drafts with its own heads): use "
-            "--drafter mtp, auto or lookup"
+            f"--drafter {', '.join(alone[:-1])} or {alone[-1]}"
         )
     with_draft = spec.draft is not None and (needs.use_draft or needs.need_draft)
     files = list(spec.files) if with_draft else [spec.target]

@@ -17,20 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tandem.engine import mtp, sidecar_model
 from tandem.engine.compat import PairTokenizers, check_pair
 from tandem.engine.drafters import registry
+from tandem.engine.drafters.heads.files import described
+from tandem.engine.drafters.spec import DrafterSpec, Needs
 from tandem.engine.errors import IncompatiblePairError, TandemError
 from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.sidecar import MTP, check_sidecar, described, read_facts, refuse_as_target, sidecar_kind
 
 if TYPE_CHECKING:
     from tandem.catalog.fit import FitVerdict
-    from tandem.session.pairs import DraftNeeds, PairRef
+    from tandem.session.refs import DraftNeeds, PairRef
 
-# What to do instead when a target without draft heads is asked to draft alone, in each
-# front-end's terms.
-CLI_REMEDY = "use a draft model (--draft) or prompt lookup (--drafter lookup)"
+# What to do instead when a target without draft heads is asked to draft alone, in the app's
+# terms (the command line's is the kind's own: drafters/heads/mtp.py).
 APP_REMEDY = "pick a pair with a draft model, or give a draft GGUF path"
 
 
@@ -47,65 +46,64 @@ class Checked:
     tokenizers: PairTokenizers | None = None
 
 
-def no_heads_message(name: str, remedy: str = CLI_REMEDY) -> str:
-    """Why a target without multi-token-prediction blocks cannot draft alone."""
-    return f"{name} has no built-in draft heads (multi-token prediction layers): {remedy}"
-
-
 def preflight(
-    ref: PairRef, needs: DraftNeeds, *, n_ctx: int | None = None, remedy: str = CLI_REMEDY
+    ref: PairRef, needs: DraftNeeds, *, n_ctx: int | None = None, remedy: str | None = None
 ) -> Checked:
     """Check `ref`'s files for drafting as `needs` says, before anything is loaded; raise
     TandemError (ModelFileError, IncompatiblePairError) with one line otherwise. `n_ctx`: also
     judge whether the pair fits in memory at that context (the verdict is the caller's to act
-    on: the app asks before loading a pair that will not fit)."""
+    on: the app asks before loading a pair that will not fit). `remedy`: the front-end's advice
+    after a refusal it can act on (None: the command line's)."""
     target = read_gguf(ref.target)  # missing, unreadable, not a GGUF, truncated: one line each
-    refuse_as_target(target)  # (a trained drafter given as the model to chat with)
+    registry.refuse_as_target(target)  # (a drafter file given as the model to chat with)
     draft = read_gguf(ref.draft) if ref.draft is not None else None
+    kind = registry.spec(ref.draft_kind) if draft is not None else None
     tokenizers: PairTokenizers | None = None
-    if draft is not None and sidecar_kind(draft) is not None:
-        _check_trained(target, draft, needs)
+    if draft is not None and kind is not None:
+        _check_file(target, draft, kind, needs)
     elif draft is not None:
         tokenizers = check_pair(target, draft)
-    if needs.need_sidecar and (draft is None or sidecar_kind(draft) != needs.need_sidecar):
-        raise TandemError(_no_sidecar_message(ref, draft, needs.need_sidecar))
-    heads_file = draft is not None and sidecar_kind(draft) == MTP  # (the heads in a file of their own)
-    if needs.need_heads and not heads_file:
-        if target.mtp_layers == 0:
-            raise TandemError(no_heads_message(ref.target.name, remedy))
-        if not mtp.supported():
-            raise TandemError(mtp.unsupported_message(ref.target.name))
+    if needs.need_sidecar and (kind is None or kind.name != needs.need_sidecar):
+        raise TandemError(_no_file_message(ref, draft, kind, needs.need_sidecar))
+    if needs.need_heads and (kind is None or kind.needs is not Needs.HEADS):
+        # Drafting alone with the target's own heads (none in a file of their own): each such
+        # kind says what the target's header and this build must allow.
+        for s in registry.KINDS:
+            if s.needs is Needs.HEADS and s.preflight is not None and (why := s.preflight(target, remedy)):
+                raise TandemError(why)
     fit = _fit(ref, n_ctx) if n_ctx is not None else None
     return Checked(ref, target, draft, fit, tokenizers)
 
 
-def _check_trained(target: GGUFInfo, draft: GGUFInfo, needs: DraftNeeds) -> None:
-    """A trained drafter (EAGLE-3, DFlash) given as the draft: it must fit the target, this
-    build must run it, and the drafter asked for must not need a draft model instead."""
-    facts = check_sidecar(target, draft)  # (a damaged header, another target's, another tokenizer)
+def _check_file(target: GGUFInfo, draft: GGUFInfo, kind: DrafterSpec, needs: DraftNeeds) -> None:
+    """A drafter in a file of its own given as the draft: it must fit the target, this build
+    must run it, and the drafter asked for must not need a draft model instead."""
+    facts = registry.check_file(target, draft)  # (a damaged header, another target's, another tokenizer)
     name = draft.path.name
     if needs.need_draft:
         raise IncompatiblePairError(
             f"{name} is {described(facts.label)}, not a draft model: draft with it "
-            f"(--drafter {facts.kind}, or auto)"
+            f"(--drafter {facts.kind}, or {registry.AUTO})"
         )
-    if not sidecar_model.supported():
-        raise TandemError(sidecar_model.unsupported_message(name))
+    assert kind.files is not None
+    if not kind.files.supported():
+        raise TandemError(kind.files.unsupported(name))
 
 
-def _no_sidecar_message(ref: PairRef, draft: GGUFInfo | None, kind: str) -> str:
-    spec = registry.spec(kind)
-    label = spec.label if spec is not None else kind
-    if draft is not None and (other := sidecar_kind(draft)) is not None:
-        theirs = read_facts(draft).label
-        name = draft.path.name
-        return f"{name} is {described(theirs)}, not {described(label)}: use --drafter {other}"
+def _no_file_message(ref: PairRef, draft: GGUFInfo | None, kind: DrafterSpec | None, name: str) -> str:
+    wanted = registry.spec(name)
+    assert wanted is not None and wanted.files is not None
+    label = wanted.words.label
+    if draft is not None and kind is not None:
+        theirs = registry.read_file(draft).label
+        return f"{draft.path.name} is {described(theirs)}, not {described(label)}: use --drafter {kind.name}"
     what = "none was given or found beside it"
     if ref.draft is not None:
         what = f"{ref.draft.name} is a draft model"
+    files = f"{wanted.files.prefixes[0]}*.gguf"
     return (
-        f"--drafter {kind} needs the {label} trained for {ref.target.name} ({kind}-*.gguf), and "
-        f"{what}: give it as the draft, or put it in the target's folder"
+        f"--drafter {name} needs the {label} trained for {ref.target.name} ({files}), and {what}: "
+        "give it as the draft, or put it in the target's folder"
     )
 
 

@@ -17,9 +17,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tandem.engine import ChatMessage, ChatPrompt, GenerationConfig, ModelPair
+from tandem.engine import ChatMessage, ChatPrompt, GenerationConfig
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 def no_template_note(pair: ModelPair, *, raw_hint: bool = True) -> str | None:

@@ -26,9 +26,10 @@ from tandem.catalog.units import format_bytes
 from tandem.engine import GenerationConfig
 from tandem.session.drafting import drafts_itself, trained_drafter
 from tandem.session.files import read_json, update_json
-from tandem.session.pairs import DraftNeeds, PairRef, as_loaded, load_pair
+from tandem.session.pairs import as_loaded, load_pair
 from tandem.session.preflight import APP_REMEDY, preflight
 from tandem.session.prompts import pair_notes
+from tandem.session.refs import DraftNeeds, PairRef
 from tandem.ui.conversations import Conversation, ConversationStore
 from tandem.ui.jobs import LoadedPair, failure_text
 from tandem.ui.messages import PairLoaded, PairLoadFailed, WorkerFailed

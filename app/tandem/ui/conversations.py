@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
-from tandem.engine import ChatMessage, Origin
-from tandem.engine.small_files import read_small_text
+from tandem.engine import ChatMessage, Origin, read_small_text
 from tandem.session.files import write_json
 from tandem.ui.storage import MAX_CHAT_BYTES
 

@@ -14,10 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tandem.engine import ChatPrompt, Event, GenerationConfig, ModelPair, TandemError
-from tandem.session.pairs import PairRef
+from tandem.engine import ChatPrompt, Event, GenerationConfig, TandemError
 from tandem.session.prompts import with_reasoning
+from tandem.session.refs import PairRef
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 
 class LoadedPair:

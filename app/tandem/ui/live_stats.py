@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.engine import (
+    REASONING,
     DoneEvent,
     Event,
     GenerationStats,
@@ -13,12 +14,12 @@ from tandem.engine import (
     Part,
     PrefillEvent,
     RoundEvent,
+    SpeedupMeter,
     StartEvent,
+    Tally,
     TokenEvent,
+    with_speedup,
 )
-from tandem.engine.reasoning import REASONING
-from tandem.engine.speedup import SpeedupMeter, with_speedup
-from tandem.engine.stats import Tally
 
 
 @dataclass

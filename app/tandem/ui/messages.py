@@ -6,7 +6,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.jobs import LoadedPair
 from tandem.ui.pairs import CatalogListing, DiskModel, PairDownload
 

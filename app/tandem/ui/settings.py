@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from tandem.engine import DrafterChoice, GenerationConfig, LoadOptions, SamplerSettings, TandemError
-from tandem.engine.small_files import UnusableFile, read_small_bytes, read_small_text
+from tandem.engine import (
+    DrafterChoice,
+    GenerationConfig,
+    LoadOptions,
+    SamplerSettings,
+    TandemError,
+    UnusableFile,
+    read_small_bytes,
+    read_small_text,
+)
 from tandem.session.choices import Choices, generation_config, load_options
 from tandem.session.files import LOCK_TIMEOUT_S, atomic_write_text
 

@@ -10,8 +10,8 @@ Each kind is one module with one `SPEC` (spec.py says what a spec holds; registr
 * model.py: a small draft model, autoregressively.
 * lookup.py: prompt lookup, continuing an n-gram found earlier in the context.
 * hybrid.py: the draft model until prompt lookup can finish the draft (a composition).
-* mtp.py: the target's own multi-token-prediction heads.
 * cross.py: a draft model of another tokenizer, its text re-encoded into the target's tokens.
+* heads/: the drafters that read the target's rows: its own MTP heads, EAGLE-3, DFlash.
 
 Which drafter runs a round, and with which K, is the scheduler's business (scheduler.py): it
 asks each drafter for an offer and ranks them, without knowing any kind.
@@ -26,9 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings, distribution
-
-# Who drafted a round: a kind's name (names.py; events and the cost model use the same names).
-DrafterKind = str
 
 
 @dataclass(slots=True)

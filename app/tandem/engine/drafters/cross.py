@@ -35,6 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -42,15 +43,16 @@ import numpy.typing as npt
 from ..draft_policy import model_pays
 from ..errors import ContextOverflowError
 from ..events import RoundEvent
-from ..llama_lib import llama_cpp
-from ..model import DecodeListener, LoadedModel
 from ..retokenize import LOOK_BEHIND, complete_utf8, reencode, window
 from ..sampling import Dist, SamplerSettings
-from . import DrafterKind, Proposal
+from . import Proposal
 from .model import ModelDrafter
-from .names import CROSS
-from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
+from .spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Needs, Offer, RoundView, Traits, Words
 
+if TYPE_CHECKING:
+    from ..model import LoadedModel
+
+KIND = "cross"
 GREEDY = SamplerSettings(temperature=0.0)
 # Whether a sampled answer drafts with the shared-vocabulary q by default (see the module
 # docstring); one-hot q accepted more on the measured pairs (docs/benchmarks.md).
@@ -60,8 +62,8 @@ SHARED_Q = False
 _DRAFT_PER_TARGET = 2
 
 
-class CrossDrafter:
-    kind: DrafterKind = CROSS
+class CrossDrafter(DrafterBase):
+    kind = KIND
 
     def __init__(
         self,
@@ -93,7 +95,7 @@ class CrossDrafter:
         self.ratio = 1.0  # draft tokens per target token (see _sync)
         self._controls: dict[int, list[int] | None] = {}  # target control token -> draft's own
         self._bos = draft.tokenize("", add_special=True, parse_special=False)  # the draft's BOS
-        eot = int(llama_cpp.llama_vocab_eot(target.vocab))
+        eot = target.eot_id
         self.target_end = eot if eot >= 0 else target.eos_id  # proposed after a draft's ending
 
     # ------------------------------------------------------------------ target -> draft
@@ -292,9 +294,6 @@ class CrossDrafter:
         pass  # the next sync re-encodes what the target kept; the draft rolls back then
 
     # ------------------------------------------------------------------ scheduling
-    def search(self, view: RoundView) -> None:
-        pass
-
     def offer(self, view: RoundView) -> Offer | None:
         if self.off:
             return None
@@ -311,14 +310,8 @@ class CrossDrafter:
         view.catchup_debt += costs.catchup_time(1.0, self.kind)
         return Offer(rate, k)
 
-    def chosen(self, k: int, view: RoundView) -> Drafter:
-        return self
-
     def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
         return [(self.kind, rnd.drafted, rnd.accepted)]
-
-    def listener(self) -> DecodeListener | None:
-        return None
 
 
 # ---------------------------------------------------------------------- the shared vocabulary
@@ -398,13 +391,16 @@ def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
 
 
 SPEC = DrafterSpec(
-    name=CROSS,
-    label="cross-tokenizer draft",
+    name=KIND,
+    words=Words(
+        label="cross-tokenizer draft",
+        help="a draft model of another tokenizer, its text re-encoded into the target's tokens",
+        note="the draft model, across tokenizers",
+        phrase=lambda target, draft: f"{draft.path.name} (across tokenizers)" if draft is not None else "",
+    ),
     needs=Needs.DRAFT_MODEL,
     build=_build,
     missing=_missing,
-    draft_cost=timed_draft_cost,
-    untimed_rank=2,
-    phrase=lambda target, draft: f"{draft.path.name} (across tokenizers)" if draft is not None else "",
-    note="the draft model, across tokenizers",
+    traits=Traits(untimed_rank=2),
+    across_tokenizers=True,
 )

@@ -10,18 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..events import RoundEvent
-from ..model import DecodeListener
-from . import DrafterKind, Proposal
+from . import Proposal
 from .lookup import LookupDrafter
 from .model import ModelDrafter
-from .names import MODEL
-from .spec import Drafter, Offer, RoundView
+from .spec import Drafter, DrafterBase, Offer, RoundView
 
 
-class HybridDrafter:
-    kind: DrafterKind = MODEL  # the round is the model's; `Proposal.looked_up` counts the tail
-
+class HybridDrafter(DrafterBase):
     def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
+        self.kind = model.kind  # the round is the model's; `Proposal.looked_up` counts the tail
         self.model = model
         self.lookup = lookup
         # Set by the scheduler each round: the most tokens lookup may append, and the most
@@ -63,8 +60,7 @@ class HybridDrafter:
     def began(self, prompt: Sequence[int]) -> bool:
         return self.model.began(prompt)
 
-    def search(self, view: RoundView) -> None:
-        pass  # (prompt lookup is in the pool too, and searches there)
+    # (search: prompt lookup is in the pool too, and searches there)
 
     def offer(self, view: RoundView) -> Offer | None:
         return self.model.offer(view)
@@ -78,9 +74,6 @@ class HybridDrafter:
 
     def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
         return [*self.model.credit(rnd), *self.lookup.credit(rnd)]
-
-    def listener(self) -> DecodeListener | None:
-        return None
 
 
 def compose(pool: list[Drafter]) -> list[Drafter]:

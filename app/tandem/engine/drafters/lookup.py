@@ -10,20 +10,35 @@ keeps sampling exact.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..config import DRAFT_MAX_LIMIT
 from ..events import RoundEvent
-from ..model import DecodeListener, LoadedModel
 from ..sampling import Dist
-from . import DrafterKind, Proposal
-from .names import LOOKUP
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from . import Proposal
+from .spec import (
+    BuildContext,
+    CostView,
+    Drafter,
+    DrafterBase,
+    DrafterSpec,
+    Needs,
+    Offer,
+    RoundView,
+    Traits,
+    Words,
+)
+
+if TYPE_CHECKING:
+    from ..model import LoadedModel
+
+KIND = "lookup"
 
 
-class LookupDrafter:
+class LookupDrafter(DrafterBase):
     """Prompt lookup over an index of the context's n-grams.
 
     The index maps each n-gram (ngram_min..ngram_max tokens) to the position just after its
@@ -31,7 +46,7 @@ class LookupDrafter:
     search is a few dictionary lookups whatever the context length: cheap enough to run after
     every draft-model step (the hybrid drafter)."""
 
-    kind: DrafterKind = LOOKUP
+    kind = KIND
 
     def __init__(self, n_vocab: int, ngram_max: int = 4, ngram_min: int = 2) -> None:
         self.n_vocab = n_vocab
@@ -42,14 +57,11 @@ class LookupDrafter:
         self._last = -1  # the token at _end - 1 when indexed: detects a different history
         self.found: list[int] = []  # this round's candidates (see offer)
 
-    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
-        pass  # the index follows the history by itself (see _sync)
+    # (begin, accept: nothing to do. The index follows the history by itself, see _sync, and
+    # holds nothing the target's rollback could invalidate.)
 
     def draft(self, history: Sequence[int], k: int) -> Proposal:
         return self.proposal_from(self.candidates(history, k))
-
-    def accept(self, keep: int) -> None:
-        pass  # nothing cached that the target's rollback could invalidate
 
     def _sync(self, history: Sequence[int]) -> None:
         # A generation's history only grows. Anything else (a shorter or different history)
@@ -92,9 +104,6 @@ class LookupDrafter:
         return Proposal(list(tokens), qs, looked_up=len(tokens))
 
     # ------------------------------------------------------------------ scheduling
-    def began(self, prompt: Sequence[int]) -> bool:
-        return True
-
     def search(self, view: RoundView) -> None:
         """Before the offers: look for a match (timed: a search is what a lookup round costs)."""
         t0 = time.perf_counter()
@@ -113,17 +122,11 @@ class LookupDrafter:
             view.tail_k = policy.plan(view.budget, debt)[0]
         return None
 
-    def chosen(self, k: int, view: RoundView) -> Drafter:
-        return self
-
     def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
         own = rnd.drafted - rnd.looked_up
         if rnd.looked_up and rnd.accepted >= own:
             return [(self.kind, rnd.looked_up, rnd.accepted - own)]
         return []
-
-    def listener(self) -> DecodeListener | None:
-        return None
 
 
 def _build(ctx: BuildContext) -> Drafter:
@@ -139,15 +142,15 @@ def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, d
 
 
 SPEC = DrafterSpec(
-    name=LOOKUP,
-    label="prompt lookup",
+    name=KIND,
+    words=Words(
+        label="prompt lookup",
+        help="prompt lookup (continue an n-gram found earlier in the context; no model)",
+        note="prompt lookup",
+        phrase=lambda target, draft: "prompt lookup",
+    ),
     needs=Needs.NOTHING,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
-    untimed_rank=0,
-    timed_by_drafting=False,
-    free=True,
-    phrase=lambda target, draft: "prompt lookup",
-    note="prompt lookup",
+    traits=Traits(draft_cost=_draft_cost, untimed_rank=0, timed_by_drafting=False, free=True),
 )

@@ -17,20 +17,34 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..draft_policy import model_pays
-from ..events import RoundEvent
-from ..model import DecodeListener, LoadedModel
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
-from . import DrafterKind, Proposal, draw
-from .names import MODEL
-from .spec import BuildContext, CostView, Drafter, DrafterSpec, Needs, Offer, RoundView
+from . import Proposal, draw
+from .spec import (
+    BuildContext,
+    CostView,
+    Drafter,
+    DrafterBase,
+    DrafterSpec,
+    Needs,
+    Offer,
+    RoundView,
+    Traits,
+    Words,
+)
+
+if TYPE_CHECKING:
+    from ..model import LoadedModel
+
+KIND = "model"
 
 
-class ModelDrafter:
-    kind: DrafterKind = MODEL
+class ModelDrafter(DrafterBase):
+    kind = KIND
 
     def __init__(
         self,
@@ -60,9 +74,6 @@ class ModelDrafter:
         return len(self.model.cached) >= len(prompt)
 
     began = ready_for
-
-    def search(self, view: RoundView) -> None:
-        pass
 
     def draft(self, history: Sequence[int], k: int) -> Proposal:
         out = Proposal()
@@ -149,16 +160,6 @@ class ModelDrafter:
             return True
         return model_pays(view.free_share, plain, 1.0 / rate, view.costs.catchup_time(1.0, self.kind))
 
-    def chosen(self, k: int, view: RoundView) -> Drafter:
-        return self
-
-    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
-        own = rnd.drafted - rnd.looked_up
-        return [(self.kind, own, min(rnd.accepted, own))]
-
-    def listener(self) -> DecodeListener | None:
-        return None
-
 
 def _build(ctx: BuildContext) -> Drafter | None:
     if ctx.draft is None or ctx.draft.foreign_tokenizer:
@@ -187,13 +188,15 @@ def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, d
 
 
 SPEC = DrafterSpec(
-    name=MODEL,
-    label="draft model",
+    name=KIND,
+    words=Words(
+        label="draft model",
+        help="the draft model (--draft)",
+        note="the draft model",
+        phrase=lambda target, draft: draft.path.name if draft is not None else "",
+    ),
     needs=Needs.DRAFT_MODEL,
     build=_build,
     missing=_missing,
-    draft_cost=_draft_cost,
-    untimed_rank=2,
-    phrase=lambda target, draft: draft.path.name if draft is not None else "",
-    note="the draft model",
+    traits=Traits(draft_cost=_draft_cost, untimed_rank=2),
 )

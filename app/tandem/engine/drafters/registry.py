@@ -1,5 +1,7 @@
 """Every drafter kind, in the order the scheduler asks them for offers (a later offer may read
-what an earlier one set: see spec.RoundView), and the compositions built from them.
+what an earlier one set: see spec.RoundView), the compositions built from them, and what the
+rest of Tandem asks about kinds: the choices and their help, what a drafter file is, what a
+pair can draft with.
 
 A new kind is one module with a `SPEC`, added to KINDS below (docs/architecture.md)."""
 
@@ -7,21 +9,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..compat import check_pair
+from ..errors import IncompatiblePairError, ModelFileError, TandemError
 from ..gguf_info import GGUFInfo
-from ..model import LoadedModel
-from . import cross, dflash, eagle3, hybrid, lookup, model, mtp
+from . import cross, hybrid, lookup, model
+from .heads import dflash, eagle3, mtp
+from .heads.files import DrafterFacts, check_d2t_values, described
 from .spec import BuildContext, Drafter, DrafterSpec, Needs
 
-KINDS: tuple[DrafterSpec, ...] = (model.SPEC, cross.SPEC, mtp.SPEC, eagle3.SPEC, dflash.SPEC, lookup.SPEC)
+if TYPE_CHECKING:
+    from ..model import LoadedModel
+
+KINDS: tuple[DrafterSpec, ...] = (
+    model.SPEC,
+    cross.SPEC,
+    mtp.SPEC,
+    eagle3.SPEC,
+    dflash.SPEC,
+    lookup.SPEC,
+)
 # Compositions: a pool -> the pool with some drafters combined (the draft model finished by
 # prompt lookup).
 COMPOSITIONS: tuple[Callable[[list[Drafter]], list[Drafter]], ...] = (hybrid.compose,)
 
 # The choice of every kind the pair offers (--drafter auto): the scheduler ranks them.
 AUTO = "auto"
+AUTO_HELP = "every kind the pair offers, the fastest each round"
 
 
+# ---------------------------------------------------------------------- the choices
 def spec(name: str) -> DrafterSpec | None:
     """The kind named `name` (None: "", no drafter, or a name no kind has)."""
     return next((s for s in KINDS if s.name == name), None)
@@ -32,10 +50,36 @@ def names() -> tuple[str, ...]:
     return tuple(s.name for s in KINDS if s.choosable)
 
 
+def choices() -> tuple[str, ...]:
+    """What a user may choose: each kind alone, or auto."""
+    return (*names(), AUTO)
+
+
+def check_choice(choice: str) -> None:
+    """TandemError with one line when `choice` is not one of the choices."""
+    if choice not in choices():
+        raise TandemError(f"the drafter must be one of: {', '.join(choices())}")
+
+
 def label(name: str) -> str:
     """A kind's label for people ("draft model"); `name` itself when no kind has it."""
     s = spec(name)
-    return s.label if s is not None else name
+    return s.words.label if s is not None else name
+
+
+def help_text() -> str:
+    """Every choice with what it means, for a help text: "model: the draft model (--draft); ..."."""
+    return "; ".join([*(f"{s.name}: {s.words.help}" for s in KINDS if s.choosable), f"{AUTO}: {AUTO_HELP}"])
+
+
+def across_tokenizers() -> str:
+    """The kind that drafts with a draft model of another tokenizer."""
+    return next(s.name for s in KINDS if s.across_tokenizers)
+
+
+def own_heads() -> str:
+    """The kind that drafts with the target's own heads."""
+    return next(s.name for s in KINDS if s.needs is Needs.HEADS)
 
 
 def chosen(choice: str) -> tuple[DrafterSpec, ...]:
@@ -57,27 +101,87 @@ def uses_draft_file(choice: str) -> bool:
     return any(s.needs in (Needs.DRAFT_MODEL, Needs.SIDECAR) for s in chosen(choice))
 
 
-def sidecar_spec(info: GGUFInfo) -> DrafterSpec | None:
-    """The kind whose drafter file a GGUF is (its architecture says, or its layout: the MTP heads
-    alone), or None: a model."""
-    for s in KINDS:
-        if info.architecture in s.sidecar_archs or (s.sidecar_claims is not None and s.sidecar_claims(info)):
-            return s
-    return None
-
-
-def attach_sidecar(target: LoadedModel, path: Path, info: GGUFInfo) -> None:
-    """Load a trained drafter (checked against the target: sidecar.py) beside the target."""
-    s = sidecar_spec(info)
-    assert s is not None and s.load_sidecar is not None, info.architecture
-    s.load_sidecar(target, path, info)
-
-
 def needs_of(choice: str) -> set[Needs]:
     """What `choice` cannot run without: nothing for auto (it takes what the pair offers)."""
     return set() if choice == AUTO else {s.needs for s in chosen(choice)}
 
 
+def with_files(choice: str) -> tuple[DrafterSpec, ...]:
+    """The kinds of `choice` that load drafter files of their own."""
+    return tuple(s for s in chosen(choice) if s.files is not None)
+
+
+# ---------------------------------------------------------------------- drafter files
+def classify(info: GGUFInfo) -> DrafterSpec | None:
+    """The kind whose drafter file a GGUF is (its architecture says, or its layout: MTP heads
+    alone), or None: a model. The one answer to "what is this draft file?"."""
+    for s in KINDS:
+        f = s.files
+        if f is not None and (info.architecture in f.archs or (f.claims is not None and f.claims(info))):
+            return s
+    return None
+
+
+def named(filename: str) -> DrafterSpec | None:
+    """The kind a companion's file name announces (`eagle3-...`, `dspark-...`), or None: what
+    a catalog says before the file is downloaded."""
+    name = filename.rsplit("/", 1)[-1].lower()
+    for s in KINDS:
+        if s.files is not None and any(name.startswith(p) for p in s.files.prefixes):
+            return s
+    return None
+
+
+def read_file(info: GGUFInfo) -> DrafterFacts:
+    """The facts of a drafter file's header; ModelFileError with one line when they are
+    unusable (a crafted or damaged header that would make llama.cpp abort or draft nonsense)."""
+    s = classify(info)
+    if s is None or s.files is None:
+        raise ModelFileError(f"{info.path.name} is not a drafter of its own ({info.architecture})")
+    return s.files.read(info)
+
+
+def check_file(target: GGUFInfo, info: GGUFInfo) -> DrafterFacts:
+    """Whether the drafter file `info` can draft for `target`, from both headers: its facts, or
+    ModelFileError (a header unusable as a drafter) / IncompatiblePairError (another target's,
+    or another tokenizer) with one line."""
+    s = classify(info)
+    facts = read_file(info)
+    assert s is not None and s.files is not None
+    if classify(target) is not None:
+        problems = [f"{target.path.name} is itself a drafter, not a model to draft for"]
+    else:
+        problems = s.files.check(target, facts, info)
+    if problems:
+        raise IncompatiblePairError(
+            f"{info.path.name} is {described(facts.label)} for another target: "
+            f"{'; '.join(problems)}. "
+            "Use the one trained for this model (it ships beside it, in the same repository)."
+        )
+    check_pair(target, info)  # (its tokenizer is its target's)
+    check_d2t_values(info, len(target.tokens))
+    return facts
+
+
+def refuse_as_target(info: GGUFInfo) -> None:
+    """A drafter file given as the model to chat with: one line saying what to do instead."""
+    s = classify(info)
+    if s is None or s.files is None:
+        return
+    raise IncompatiblePairError(
+        f"{info.path.name} is {s.files.what}, not a model to chat with: give it as the draft "
+        "(--draft) beside the target it was made for"
+    )
+
+
+def attach_file(target: LoadedModel, path: Path, info: GGUFInfo) -> None:
+    """Load a drafter file (checked against the target: check_file) beside the target."""
+    s = classify(info)
+    assert s is not None and s.files is not None, info.architecture
+    s.files.load(target, path, info)
+
+
+# ---------------------------------------------------------------------- a loaded pair
 def available(target: LoadedModel, draft: LoadedModel | None, choice: str = AUTO) -> list[DrafterSpec]:
     """The kinds of `choice` this pair can draft with, in the registry's order."""
     return [s for s in chosen(choice) if s.missing(target, draft) is None]
@@ -89,7 +193,7 @@ def missing(target: LoadedModel, draft: LoadedModel | None, choice: str) -> str 
         return None
     s = spec(choice)
     if s is None:
-        return f"unknown drafter {choice!r}: choose one of {', '.join((*names(), AUTO))}"
+        return f"unknown drafter {choice!r}: choose one of {', '.join(choices())}"
     return s.missing(target, draft)
 
 

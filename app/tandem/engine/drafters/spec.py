@@ -1,10 +1,18 @@
-"""How a drafter kind describes itself to the rest of the engine (registry.py lists them).
+"""How a drafter kind describes itself to the rest of Tandem (registry.py lists them).
 
-A kind is one module of drafters/ with one `SPEC`: its name and label, what it needs from a
-loaded pair, how it is built for a generation, what its rounds cost (the cost model and the
-benchmark ask it), and, where it follows the target's decodes, how it attaches to the target.
-Its drafter then takes part in scheduling through two calls: `offer` (this round's K and the
-rate it expects) and `credit` (what a round it ran teaches each kind's policy).
+A kind is one module of drafters/ with one `SPEC`, in three groups and a few hooks:
+
+* `Words`: its label, what choosing it means, how notes and "drafted by ..." name it; every
+  front-end's words about a kind come from here.
+* `Traits`: how the scheduler and the cost model treat it (its rank while nothing is measured,
+  whether drafting times it, whether it is free, what a round of it costs).
+* `Files`: the drafter files it loads, when it has any (a trained drafter beside the target, MTP
+  heads alone): the architectures and name prefixes it claims, how its header is read and
+  checked against a target, how a checked file is attached, whether this build can run it.
+
+Its drafter takes part in a generation through begin / draft / accept and in scheduling through
+`offer` (this round's K and the rate it expects) and `credit` (what a round it ran teaches each
+kind's policy); `DrafterBase` gives the calls a simple kind does not need.
 """
 
 from __future__ import annotations
@@ -15,14 +23,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..config import GenerationConfig
 from ..draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from ..events import RoundEvent
 from ..gguf_info import GGUFInfo
-from ..model import DecodeListener, LoadedModel
 from . import Proposal
+
+if TYPE_CHECKING:
+    from ..model import DecodeListener, LoadedModel
+    from .heads.files import DrafterFacts
 
 Policy = AdaptivePolicy | FixedPolicy
 
@@ -135,17 +146,61 @@ class Drafter(Protocol):
         """What it keeps in step with the target's decodes (None: nothing)."""
 
 
+class DrafterBase:
+    """The Drafter calls a simple kind does not need: nothing to get ready or to search, a bid
+    from its own policy, its own tokens credited to itself, nothing that follows the target."""
+
+    kind: str
+
+    def begin(self, prompt: Sequence[int], should_stop: Callable[[], bool]) -> None:
+        pass
+
+    def began(self, prompt: Sequence[int]) -> bool:
+        return True
+
+    def accept(self, keep: int) -> None:
+        pass
+
+    def search(self, view: RoundView) -> None:
+        pass
+
+    def offer(self, view: RoundView) -> Offer | None:
+        k, rate = view.policies[self.kind].plan(view.budget)
+        return Offer(rate, k)
+
+    def chosen(self, k: int, view: RoundView) -> Drafter:
+        return self  # type: ignore[return-value]  # (a subclass is a Drafter)
+
+    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
+        own = rnd.drafted - rnd.looked_up  # (a prompt lookup tail is lookup's own)
+        return [(self.kind, own, min(rnd.accepted, own))]
+
+    def listener(self) -> DecodeListener | None:
+        return None
+
+
+def _no_phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
+    return ""
+
+
 @dataclass(frozen=True)
-class DrafterSpec:
-    name: str  # the kind, as events, statistics and --drafter say it
-    label: str  # for people: "draft model"
-    needs: Needs
-    build: Callable[[BuildContext], Drafter | None]  # None: the pair lacks what it needs
-    # Why this pair cannot draft with it, in one line; None when it can.
-    missing: Callable[[LoadedModel, LoadedModel | None], str | None]
+class Words:
+    """How people are told about a kind."""
+
+    label: str  # "draft model"
+    help: str  # what choosing it means, in a list of the choices: "the target's own heads (MTP)"
+    note: str = ""  # in a note about the target: "the target's built-in draft heads (MTP)"
+    # Who drafts, in the words "drafted by ..." ends with: (target, draft) -> "prompt lookup".
+    phrase: Callable[[LoadedModel, LoadedModel | None], str] = _no_phrase
+
+
+@dataclass(frozen=True)
+class Traits:
+    """How the scheduler and the cost model treat a kind."""
+
     # A round's drafting cost in target steps, from measured costs: (costs, drafted,
     # caught_up, looked_up, draft_s) -> steps.
-    draft_cost: Callable[[CostView, int, int, int, float], float]
+    draft_cost: Callable[[CostView, int, int, int, float], float] = timed_draft_cost
     # Rank among drafters whose rates are all unmeasured (lowest first: the cheapest to try).
     untimed_rank: int = 0
     # Whether its costs are learnt only by drafting (a model) rather than when it searches.
@@ -153,24 +208,54 @@ class DrafterSpec:
     # A drafter that costs no draft steps (prompt lookup): others may owe a catch-up for its
     # tokens, and it may finish their drafts.
     free: bool = False
+
+
+@dataclass(frozen=True)
+class Files:
+    """The drafter files a kind loads: a trained drafter, or MTP heads, in a file of its own,
+    given as the draft or found beside the target (checked against it from both headers)."""
+
+    label: str  # what such a file is before its header is read: "EAGLE-3 drafter"
+    what: str  # such a file given as the model to chat with: "an EAGLE-3 drafter"
+    read: Callable[[GGUFInfo], DrafterFacts]  # its header's facts; ModelFileError: unusable
+    # Why a file with these facts cannot draft for a target, as short phrases: (target, facts,
+    # the file's header) -> [] when it can.
+    check: Callable[[GGUFInfo, DrafterFacts, GGUFInfo], list[str]]
+    load: Callable[[LoadedModel, Path, GGUFInfo], object]  # a checked file, beside a loaded target
+    supported: Callable[[], bool]  # whether this llama.cpp build can run one
+    unsupported: Callable[[str], str]  # why not (the file's name), in one line
+    archs: tuple[str, ...] = ()  # the GGUF architectures that are such files
+    claims: Callable[[GGUFInfo], bool] | None = None  # a file of another architecture it claims
+    prefixes: tuple[str, ...] = ()  # the names companions of this kind start with ("eagle3-")
+    rank: int = 0  # which companion a target drafts with when it has several (lowest first)
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str  # the kind, as events, statistics and --drafter say it
+    words: Words
+    needs: Needs
+    build: Callable[[BuildContext], Drafter | None]  # None: the pair lacks what it needs
+    # Why this pair cannot draft with it, in one line; None when it can.
+    missing: Callable[[LoadedModel, LoadedModel | None], str | None]
+    traits: Traits = field(default_factory=Traits)
+    files: Files | None = None
     # Whether a user may choose it alone (--drafter); a composition is not.
     choosable: bool = True
+    # It drafts with a draft model of another tokenizer than the target's (the front-ends name
+    # it where they list such drafts).
+    across_tokenizers: bool = False
     # Attach to a freshly loaded target what follows its decodes (the heads); None: nothing.
     attach: Callable[[LoadedModel], object] | None = None
-    # Who drafts, in the words "drafted by ..." ends with: (target, draft) -> "prompt lookup".
-    phrase: Callable[[LoadedModel, LoadedModel | None], str] = lambda target, draft: ""
-    # The same in a note about the target ("the target's built-in draft heads (MTP)").
-    note: str = ""
+    # Of the target's decode outputs, which it listens to (for documentation and notes).
+    listens: tuple[str, ...] = field(default=())
     # Why a target that carries what it needs cannot use it (heads in its file that did not
     # load), in one line; None when it can, or carries nothing for it.
     unusable: Callable[[LoadedModel], str | None] | None = None
-    # Of the target's decode outputs, which it listens to (for documentation and notes).
-    listens: tuple[str, ...] = field(default=())
-    # A trained drafter in a file of its own (Needs.SIDECAR): the GGUF architectures it loads,
-    # and how a checked file of one is attached to a freshly loaded target, as one of its
-    # listeners (sidecar.py checks the file against the target first).
-    sidecar_archs: tuple[str, ...] = field(default=())
-    load_sidecar: Callable[[LoadedModel, Path, GGUFInfo], object] | None = None
-    # Whether a file of another architecture is one it loads (the MTP heads alone: the target's
-    # own architecture, no trunk).
-    sidecar_claims: Callable[[GGUFInfo], bool] | None = None
+    # Before anything loads, why a target (its header) cannot draft with this kind alone, with
+    # nothing given beside it: (target, the front-end's advice) -> one line, None when it can.
+    preflight: Callable[[GGUFInfo, str | None], str | None] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.words.label

@@ -20,7 +20,7 @@ from tandem.catalog import (
     unconfirmed_note,
 )
 from tandem.catalog.units import format_bytes
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 from tandem.ui.jobs import failure_text
 from tandem.ui.messages import CatalogReady, DownloadFinished, DownloadUpdate
 from tandem.ui.pairs import (

@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Static, TabPane
 
 from tandem.catalog import BUILTIN_DRAFTER_LABEL, Companion
 from tandem.catalog.units import format_bytes, format_params
-from tandem.session.pairs import PairRef
+from tandem.engine import drafter_across_tokenizers, drafter_label, drafter_of_own_heads
+from tandem.session.refs import PairRef
 from tandem.ui.jobs import failure_text
 from tandem.ui.messages import DiskReady
 from tandem.ui.pairs import DiskModel, disk_models
@@ -26,7 +27,8 @@ def _drafts_cell(m: DiskModel) -> str:
     of the trained drafters beside it, then how many draft models, and how many of those are of
     another tokenizer ("1 + 2 cross")."""
     same = len(m.drafts) - len(m.cross)
-    count = " + ".join([*([str(same)] if same else []), *([f"{len(m.cross)} cross"] if m.cross else [])])
+    across = f"{len(m.cross)} {drafter_across_tokenizers()}"
+    count = " + ".join([*([str(same)] if same else []), *([across] if m.cross else [])])
     parts = (["built-in"] if m.drafts_alone else []) + [_short(c.label) for c in m.companions]
     if parts:
         return " + ".join(parts) + (f" + {count}" if count else "")
@@ -112,10 +114,11 @@ class DiskTab(TabPane):
             return
         label = self.query_one("#drafts-label", Static)
         if model.drafts_alone:
+            heads = drafter_label(drafter_of_own_heads())
             table.add_row(
                 BUILTIN_DRAFTER_LABEL,
                 "–",
-                "MTP",
+                heads,
                 "–",
                 "its file",
                 "its own",
@@ -123,7 +126,7 @@ class DiskTab(TabPane):
                 key="builtin",
             )
         for i, c in enumerate(model.companions):
-            # (Its kind in the quant column, as the heads' "MTP": a trained drafter's own.)
+            # (Its kind in the quant column, as the heads': a trained drafter's own.)
             table.add_row(
                 c.path.name,
                 "–",
@@ -152,7 +155,7 @@ class DiskTab(TabPane):
                 d.quantization,
                 format_bytes(d.size_bytes),
                 d.source,
-                "another (cross)" if model.is_cross(d) else "same",
+                f"another ({drafter_across_tokenizers()})" if model.is_cross(d) else "same",
                 _here(model, d.path),
                 key=str(i),
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from tandem.catalog import FitVerdict
-from tandem.session.pairs import PairRef
+from tandem.session.refs import PairRef
 
 
 class PairChosen(Message):

@@ -13,8 +13,8 @@ from textual.widgets import Button, Input, Label, Static, TabPane
 
 from tandem.catalog import BUILTIN_DRAFTER_LABEL
 from tandem.engine import TandemError
-from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import APP_REMEDY, Checked, preflight
+from tandem.session.refs import DraftNeeds, PairRef
 from tandem.ui.picker.messages import PairChosen, PickerNote
 
 

@@ -13,7 +13,7 @@ earlier text.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -22,9 +22,10 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.widgets import Footer, Header, Input, Static
 
-from tandem.engine import ChatPrompt, DoneEvent, ModelPair
+from tandem.engine import ChatPrompt, DoneEvent
 from tandem.session.prompts import FittingChatPrompt, system_folded_note, thinking_note
 from tandem.ui.conversations import Conversation, Turn, encode_spans
+from tandem.ui.host import AppHost
 from tandem.ui.jobs import GenerationJob, JobFailed
 from tandem.ui.live_stats import LiveStats, stats_summary
 from tandem.ui.screens.streaming import StreamingScreen, take_events
@@ -34,7 +35,7 @@ from tandem.ui.widgets.token_text import Piece
 from tandem.ui.workers import run_in_thread
 
 if TYPE_CHECKING:
-    from tandem.ui.app import TandemApp
+    from tandem.engine import ModelPair
 
 # The numbers are redrawn at most every STATS_S while streaming (tokens: once a frame,
 # screens/streaming.py); far below what the eye needs, and cheap for the engine's CPU.
@@ -87,8 +88,8 @@ class ChatScreen(StreamingScreen):
         self._folded_noted = False  # "the template takes no system prompt" said once per chat
 
     @property
-    def tandem(self) -> TandemApp:
-        return self.app  # type: ignore[return-value]
+    def tandem(self) -> AppHost:
+        return cast("AppHost", self.app)  # (TandemApp: the app these screens run in)
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:

@@ -9,7 +9,7 @@ within each answer: engine/speedup.py.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, cast
 
 from rich.text import Text
 from textual import on
@@ -20,6 +20,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from tandem.engine import GenerationStats
 from tandem.session.prompts import build_text
+from tandem.ui.host import AppHost
 from tandem.ui.jobs import GenerationJob
 from tandem.ui.live_stats import LiveStats
 from tandem.ui.screens.streaming import StreamingScreen, take_events
@@ -27,9 +28,6 @@ from tandem.ui.widgets.chat_log import STREAM_HEADROOM
 from tandem.ui.widgets.thinking import ThinkingView
 from tandem.ui.widgets.token_text import Piece, TokenText
 from tandem.ui.workers import run_in_thread
-
-if TYPE_CHECKING:
-    from tandem.ui.app import TandemApp
 
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a docstring."
 EXPLAIN = (
@@ -128,8 +126,8 @@ class DemoScreen(StreamingScreen):
         self._stopped = False
 
     @property
-    def tandem(self) -> TandemApp:
-        return self.app  # type: ignore[return-value]
+    def tandem(self) -> AppHost:
+        return cast("AppHost", self.app)  # (TandemApp: the app these screens run in)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="⇉")

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tandem.engine import Origin
+from tandem.engine import Origin, drafter_kinds, drafter_label
 from tandem.ui.colours import ORIGIN_COLOURS
 
 _G, _Y, _C = (ORIGIN_COLOURS[o] for o in (Origin.DRAFT, Origin.TARGET, Origin.BONUS))
@@ -27,7 +27,10 @@ alone would have produced (token for token with greedy decoding; from the very s
 distribution when sampling): only the speed changes. Ctrl+T switches to plain reading, where \
 finished answers are shown as Markdown."""
 
-NUMBERS = """\
+# Who may draft, in the kinds' own words.
+DRAFTERS = ", ".join(drafter_label(kind) for kind in drafter_kinds())
+
+NUMBERS = f"""\
 [b]The numbers.[/b] [i]Speed[/i] is decode tokens per second, prompt processing (prefill) \
 excluded. [i]Speedup[/i] compares it with the target alone under the same conditions: \
 plain target steps timed now and then during the same answer, so a program that starts \
@@ -37,8 +40,8 @@ in full, one after the other. \
 [i]Accepted[/i] is the share of the draft's guesses the target kept; [i]tok/pass[/i] is how many \
 tokens each forward pass of the target yielded (1.0 would be no gain); [i]K[/i] is how many \
 tokens were guessed in the last round (adaptive drafting picks 0..K max each round from \
-the acceptance and costs it measures), and [i]drafter[/i] who guessed them: the draft model, \
-prompt lookup or the target's heads, mtp (auto picks, round by round, the fastest). [i]Prefill[/i] is \
+the acceptance and costs it measures), and [i]drafter[/i] who guessed them: {DRAFTERS} (auto \
+picks, round by round, the fastest). [i]Prefill[/i] is \
 how many prompt tokens this turn really processed: earlier turns stay in the KV caches and \
 are not processed again. The chart shows tokens per target pass, round by round."""
 

@@ -12,7 +12,7 @@ refused with one sentence and the current pair stays loaded.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -25,8 +25,9 @@ from tandem.catalog import BUILTIN_DRAFTER_LABEL, FitVerdict
 from tandem.catalog.hub_client import hub_reachable  # (through the hub client: proxies, HF_ENDPOINT)
 from tandem.catalog.units import format_bytes
 from tandem.engine import TandemError
-from tandem.session.pairs import DraftNeeds, PairRef
 from tandem.session.preflight import APP_REMEDY, preflight
+from tandem.session.refs import DraftNeeds, PairRef
+from tandem.ui.host import AppHost
 from tandem.ui.messages import CatalogReady, NetworkChecked
 from tandem.ui.pairs import CatalogListing, CatalogRow, DiskModel, PairDownload
 from tandem.ui.picker.catalog_tab import CatalogTab
@@ -34,9 +35,6 @@ from tandem.ui.picker.disk_tab import DiskTab
 from tandem.ui.picker.messages import PairChosen, PickerNote
 from tandem.ui.picker.path_tab import PathTab
 from tandem.ui.workers import run_in_thread
-
-if TYPE_CHECKING:
-    from tandem.ui.app import TandemApp
 
 
 class PickerScreen(Screen[None]):
@@ -68,8 +66,8 @@ class PickerScreen(Screen[None]):
         self._confirm: PairRef | None = None  # a pair judged too big: Enter again loads it anyway
 
     @property
-    def tandem(self) -> TandemApp:
-        return self.app  # type: ignore[return-value]
+    def tandem(self) -> AppHost:
+        return cast("AppHost", self.app)  # (TandemApp: the app these screens run in)
 
     # The tabs' state, as the screen's (what the user sees on it).
     @property

@@ -12,14 +12,21 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from tandem.engine import DRAFT_MAX_LIMIT, LoadOptions, TandemError
-from tandem.engine.config import ADAPTIVE_K_MAX, DRAFTER_CHOICES, FIXED_K
-from tandem.engine.drafters import registry
+from tandem.engine import (
+    ADAPTIVE_K_MAX,
+    AUTO_DRAFTER,
+    DRAFT_MAX_LIMIT,
+    FIXED_K,
+    LoadOptions,
+    TandemError,
+    drafter_choices,
+    drafter_label,
+)
 from tandem.ui.settings import Settings
 
 DRAFTER_LABELS: dict[str, str] = {
-    registry.AUTO: "auto (the fastest)",
-    **{name: registry.label(name) for name in DRAFTER_CHOICES if name != registry.AUTO},
+    AUTO_DRAFTER: "auto (the fastest)",
+    **{name: drafter_label(name) for name in drafter_choices() if name != AUTO_DRAFTER},
 }
 
 # (field, label, input type, hint)
@@ -33,7 +40,7 @@ FIELDS: list[tuple[str, str, str, str]] = [
     ),
     ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
     ("exact", "Exact output", "switch", "on: bit-identical to the target alone where possible (CPU)"),
-    ("drafter", "Drafter", "select", "model, lookup, the target's own heads (MTP), or auto: the fastest"),
+    ("drafter", "Drafter", "select", f"one kind, or {AUTO_DRAFTER}: the fastest the pair offers, each round"),
     ("temperature", "Temperature", "number", "0 = greedy: the output is then exactly reproducible"),
     ("top_p", "Top-p", "number", "nucleus sampling, (0, 1]; 1 = off"),
     ("top_k", "Top-k", "integer", "0 = off"),

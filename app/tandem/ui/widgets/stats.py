@@ -9,9 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tandem.engine import Origin
-from tandem.engine.drafters.registry import AUTO
-from tandem.engine.stats import DrafterStats, KindRounds
+from tandem.engine import AUTO_DRAFTER, DrafterStats, KindRounds, Origin
 from tandem.ui.colours import ORIGIN_COLOURS, ORIGIN_LABELS
 from tandem.ui.live_stats import PartCounts
 from tandem.ui.widgets.pass_chart import PassChart
@@ -43,7 +41,7 @@ class StatsView(KindRounds):
     k: int | None = None
     k_max: int = 0
     adaptive: bool = True
-    drafter: str = AUTO  # the setting
+    drafter: str = AUTO_DRAFTER  # the setting
     last_drafter: str = ""  # who drafted the last round
     rounds: int = 0
     # Per drafter kind, as the engine counts them (GenerationStats.drafters); `view.<kind>_rounds`
@@ -73,7 +71,7 @@ def _drafter_text(v: StatsView) -> str:
     if not v.rounds:
         return v.drafter
     text = f"{v.drafter}, last: {v.last_drafter or 'none'}"
-    if v.drafter == AUTO:
+    if v.drafter == AUTO_DRAFTER:
         # Who auto chose: each kind that drafted, from the engine's per-kind counts.
         shares = [f"{d.rounds}/{v.rounds} {kind}" for kind, d in v.drafters.items() if d.rounds]
         if shares:

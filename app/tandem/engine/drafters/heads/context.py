@@ -1,14 +1,16 @@
-"""A trained drafter's GGUF loaded beside its target (sidecar.py says what the file is): its
-weights, one llama.cpp context that borrows the target's token embeddings and LM head where it
-has none of its own (`ctx_other`), and the target's rows at the layers it reads.
+"""A llama.cpp context beside the target, for the drafters that read the target's rows.
 
-The target hands those rows over when llama.cpp's `embeddings_layer_inp` is on for each layer:
-every decode then also yields, for every token of its batch, the input of each such layer. They
-are read right after the decode (`target_rows`), while they are valid; the drafter keeps what it
-needs (drafters/eagle3.py, drafters/dflash.py).
+The target's MTP heads run in a context of type MTP over the target's own weights; MTP heads in
+a file of their own, and the trained drafters (EAGLE-3, DFlash), load their file's weights and
+borrow the target's token embeddings and LM head where they have none (`ctx_other`). Each kind
+fills batches of entries here (a token, a token with a row as its embedding, or a row alone),
+runs them, and reads logits or the extra output rows; a trained drafter also switches on the
+target's layer taps (`embeddings_layer_inp`) and reads the target's rows at its layers.
 
-llama.cpp exports these calls from its staging header (src/llama-ext.h) without C linkage:
-they are bound by their Itanium-mangled names, as hidden_rows.py binds the MTP calls.
+llama.cpp exports the staging calls these need (src/llama-ext.h) without C linkage: they are
+bound by their Itanium-mangled names, as hidden_rows.py binds the nextn calls. This is the only
+module of the heads that holds llama.cpp bindings: the kinds import it when a head is made, so
+the registry (and the catalog that asks it what a file is) loads without llama.cpp.
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import hidden_rows, llama_log
-from .errors import GenerationError, ModelLoadError
-from .hidden_rows import bind
-from .llama_lib import llama_cpp
-from .model import GOVERNOR, LoadedModel, default_threads
-from .sidecar import SidecarFacts
+from ... import hidden_rows, llama_log
+from ...errors import GenerationError, ModelLoadError
+from ...hidden_rows import bind
+from ...llama_lib import llama_cpp
+from ...model import GOVERNOR, LoadedModel, default_threads
 
 _lib = llama_cpp._lib
 _p = ctypes.c_void_p
@@ -55,17 +56,17 @@ _target_layer_ids_n = bind(
     ctypes.c_uint32,
     [_p],
 )
-dflash_selector_top_k = bind(
+_dflash_selector_top_k = bind(
     "llama_model_dflash_selector_top_k",
     "_Z33llama_model_dflash_selector_top_kPK11llama_model",
     ctypes.c_int32,
     [_p],
 )
-get_embeddings_nextn = bind(
+_get_embeddings_nextn = bind(
     "llama_get_embeddings_nextn", "_Z26llama_get_embeddings_nextnP13llama_context", _p, [_p]
 )
-get_nextn_ith = hidden_rows.get_embeddings_nextn_ith
-set_embeddings_nextn = hidden_rows.set_embeddings_nextn
+_get_nextn_ith = hidden_rows.get_embeddings_nextn_ith
+_set_embeddings_nextn = hidden_rows.set_embeddings_nextn
 
 _get_logits_ith = _lib["llama_get_logits_ith"]
 _get_logits_ith.restype = _p
@@ -73,60 +74,86 @@ _get_logits_ith.argtypes = [_p, ctypes.c_int32]
 
 ENCODE = 0  # llama_process_type
 DECODE = 1
+_CONTEXT_TYPE_MTP = 1  # llama_context_type: a context over a model's MTP blocks
 
 
-def supported() -> bool:
-    """Whether this llama.cpp build has the calls trained drafters need."""
+def heads_supported() -> bool:
+    """Whether this llama.cpp build can run a model's MTP heads (hidden_rows.py's calls)."""
+    return hidden_rows.supported()
+
+
+def files_supported() -> bool:
+    """Whether this llama.cpp build has the calls trained drafters in files of their own need."""
     calls = (
         _set_layer_inp,
         _get_layer_inp,
         _target_layer_ids,
         _target_layer_ids_n,
-        dflash_selector_top_k,
-        get_embeddings_nextn,
-        get_nextn_ith,
-        set_embeddings_nextn,
+        _dflash_selector_top_k,
+        _get_embeddings_nextn,
+        _get_nextn_ith,
+        _set_embeddings_nextn,
     )
     return None not in calls and hasattr(llama_cpp, "llama_process")
 
 
-def unsupported_message(name: str) -> str:
-    return (
-        f"this llama.cpp build cannot run {name} (a trained drafter): update it "
-        "(python3 scripts/install.py --rebuild)"
-    )
+class HeadContext:
+    """One drafter's llama.cpp context beside one target. Not thread-safe (the target's
+    generation drives it).
 
+    `path` None: the target's own MTP blocks, over its weights; else the file's weights (`mtp`:
+    MTP heads alone, else a trained drafter reading `layers` of the target). `what` names it in
+    messages ("the draft heads", or the file's name)."""
 
-class SidecarModel:
-    """One trained drafter over one target. Not thread-safe (the target's generation drives it)."""
-
-    def __init__(self, target: LoadedModel, path: Path, facts: SidecarFacts, *, n_outputs: int) -> None:
-        if not supported():
-            raise ModelLoadError(unsupported_message(path.name))
+    def __init__(
+        self,
+        target: LoadedModel,
+        *,
+        path: Path | None,
+        n_outputs: int,
+        what: str,
+        mtp: bool = False,
+        layers: tuple[int, ...] = (),
+    ) -> None:
         self.target = target
-        self.path = path
-        self.facts = facts
-        self._model: Any = None
+        self.what = what
+        self.layers = layers
+        self._model: Any = None  # the weights it owns (None: it runs the target's)
         self._ctx: Any = None
         self._batch: Any = None
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 999 if target.gpu_layers else 0  # beside the target
-        mparams.use_mmap = target.options.use_mmap
         mark = llama_log.mark()
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
-        if not model:
-            raise ModelLoadError(_explain(path.name, "load", mark))
-        self._model = model
+        if path is None:
+            model = target.model_ptr
+        else:
+            mparams = llama_cpp.llama_model_default_params()
+            mparams.n_gpu_layers = 999 if target.gpu_layers else 0  # beside the target
+            mparams.use_mmap = target.options.use_mmap
+            mparams.load_mtp = mtp
+            model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+            if not model:
+                if mtp:
+                    raise ModelLoadError(f"llama.cpp could not load the MTP heads in {path.name}")
+                raise ModelLoadError(_explain(path.name, "load", mark))
+            self._model = model
+        self._weights: Any = model  # the llama_model it runs (its own, or the target's)
         try:
-            n = int(_target_layer_ids_n(model))
-            ids = _target_layer_ids(model)
-            self.layers = tuple(int(ids[i]) for i in range(n)) if n and ids else ()
-            if self.layers != facts.layers:  # (read from the same header: never expected)
-                raise ModelLoadError(f"llama.cpp reads other target layers from {path.name} than its header")
-            self.n_embd = int(llama_cpp.llama_model_n_embd(model))
+            if layers:
+                n = int(_target_layer_ids_n(model))
+                ids = _target_layer_ids(model)
+                read = tuple(int(ids[i]) for i in range(n)) if n and ids else ()
+                if read != layers:  # (read from the same header: never expected)
+                    raise ModelLoadError(f"llama.cpp reads other target layers from {what} than its header")
+            if mtp:
+                self.n_embd = int(llama_cpp.llama_model_n_embd_out(model))
+            else:
+                self.n_embd = int(llama_cpp.llama_model_n_embd(model))
             self.n_embd_target = int(llama_cpp.llama_model_n_embd(target.model_ptr))
             threads = target.options.n_threads or default_threads()
             cparams = llama_cpp.llama_context_default_params()
+            if mtp:
+                cparams.ctx_type = _CONTEXT_TYPE_MTP
+            else:
+                cparams.ctx_other = target.ctx  # its missing embeddings and head are the target's
             cparams.n_ctx = target.n_ctx
             cparams.n_batch = target.n_batch
             cparams.n_ubatch = target.n_batch
@@ -136,10 +163,13 @@ class SidecarModel:
             cparams.n_threads_batch = threads
             cparams.no_perf = True
             cparams.flash_attn_type = target.options.flash_attn_type
-            cparams.ctx_other = target.ctx  # its missing embeddings and head are the target's
             ctx = llama_cpp.llama_init_from_model(model, cparams)
             if not ctx:
-                raise ModelLoadError(_explain(path.name, "context", mark))
+                if mtp:
+                    raise ModelLoadError(
+                        f"llama.cpp could not create a context for {target.path.name}'s draft heads"
+                    )
+                raise ModelLoadError(_explain(what, "context", mark))
             self._ctx = ctx
             GOVERNOR.attach(ctx, threads)  # (its threads follow the machine with the target's)
             self._batch = llama_cpp.llama_batch_ext_init(ctx)
@@ -150,19 +180,8 @@ class SidecarModel:
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self.n_vocab = target.n_vocab
         self._pos = (ctypes.c_int32 * 4)(0, 0, 0, 0)
+        self._own = np.zeros((1, self.n_embd), dtype=np.float32)  # a draft step's own row
         self._tapped = False
-
-    @property
-    def ctx(self) -> Any:
-        return self._ctx
-
-    @property
-    def model(self) -> Any:
-        return self._model
-
-    @property
-    def batch(self) -> Any:
-        return self._batch
 
     def close(self) -> None:
         if self._batch is not None:
@@ -175,6 +194,24 @@ class SidecarModel:
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
+
+    # ------------------------------------------------------------------ switches
+    def selector_top_k(self) -> int:
+        """DFlash2's selector: candidates per position (0: it has none)."""
+        return int(_dflash_selector_top_k(self._weights))
+
+    def mtp_blocks(self) -> int:
+        """How many MTP blocks the weights it runs have."""
+        return int(llama_cpp.llama_model_n_layer_nextn(self._weights))
+
+    def extra_rows(self, *, own: bool) -> None:
+        """Make its runs also output rows (llama.cpp's nextn embeddings): for the entries that
+        output logits only (`own`: a draft step's own hidden row), or for every entry."""
+        _set_embeddings_nextn(self._ctx, True, own)
+
+    def attend_both_ways(self, on: bool) -> None:
+        """Whether its attention is not causal (a DFlash block attends both ways)."""
+        llama_cpp.llama_set_causal_attn(self._ctx, not on)
 
     # ------------------------------------------------------------------ the target's rows
     def tap(self) -> None:
@@ -227,7 +264,8 @@ class SidecarModel:
         i: int = 0,
         output: bool = False,
     ) -> int:
-        """An entry of `token` at `pos`, with row i of `row` as its embedding (EAGLE-3's g)."""
+        """An entry of `token` at `pos`, with row i of `row` (C-contiguous float32) as its
+        embedding: the target's row the head reads beside the token."""
         idx = int(llama_cpp.llama_batch_ext_add_token(self._batch, 0, token))
         self._check(idx)
         self._set_pos(idx, pos)
@@ -236,7 +274,7 @@ class SidecarModel:
             ptr = ctypes.cast(row.ctypes.data + i * width * 4, ctypes.POINTER(ctypes.c_float))
             embd = llama_cpp.llama_embd(ptr, 1, width)
             if not llama_cpp.llama_batch_ext_set_embd_token(self._batch, idx, embd):
-                raise GenerationError(f"llama.cpp refused an entry of {self.path.name} ({width} values)")
+                raise GenerationError(f"llama.cpp refused an entry of {self.what} ({width} values)")
         if output:
             llama_cpp.llama_batch_ext_set_output_logits(self._batch, idx, True)
         return idx
@@ -250,33 +288,50 @@ class SidecarModel:
 
     def _check(self, idx: int) -> None:
         if idx < 0:
-            raise GenerationError(f"llama.cpp refused a batch entry for {self.path.name} (code {idx})")
+            raise GenerationError(f"llama.cpp refused a batch entry for {self.what} (code {idx})")
 
-    def run(self, kind: int, keep: int) -> float:
-        """Run the batch (ENCODE or DECODE); the seconds it took. On failure the context's
-        cache keeps its first `keep` positions and GenerationError says so."""
+    def decode(self, keep: int) -> float:
+        """Run the batch; the seconds it took. On failure the context's cache keeps its first
+        `keep` positions and GenerationError says so."""
+        return self._run(DECODE, keep)
+
+    def encode(self, keep: int) -> float:
+        """Run the batch through the encoder (EAGLE-3's `fc`): as `decode`."""
+        return self._run(ENCODE, keep)
+
+    def _run(self, kind: int, keep: int) -> float:
         t0 = time.perf_counter()
         rc = llama_cpp.llama_process(self._ctx, kind, self._batch)
         llama_cpp.llama_synchronize(self._ctx)
         seconds = time.perf_counter() - t0
         if rc != 0:
             llama_cpp.llama_memory_seq_rm(self.mem, 0, keep, -1)
-            raise GenerationError(f"llama.cpp failed to run {self.path.name} (code {rc})")
+            raise GenerationError(f"llama.cpp failed to run {self.what} (code {rc})")
         return seconds
 
+    # ------------------------------------------------------------------ outputs
     def logits(self, idx: int) -> npt.NDArray[np.float32]:
         """The logits of batch entry idx of the last run (a view, valid until the next run)."""
         address = _get_logits_ith(self._ctx, idx)
         if not address:
-            raise GenerationError(f"llama.cpp gave no logits from {self.path.name}")
+            raise GenerationError(f"llama.cpp gave no logits from {self.what}")
         return np.ctypeslib.as_array((ctypes.c_float * self.n_vocab).from_address(address))
 
     def hidden(self, n: int, width: int) -> npt.NDArray[np.float32]:
         """The last run's extra output rows (llama.cpp's nextn embeddings), n of them."""
-        address = get_embeddings_nextn(self._ctx)
+        address = _get_embeddings_nextn(self._ctx)
         if not address:
-            raise GenerationError(f"llama.cpp gave no hidden rows from {self.path.name}")
+            raise GenerationError(f"llama.cpp gave no hidden rows from {self.what}")
         return np.ctypeslib.as_array((ctypes.c_float * (n * width)).from_address(address)).reshape(n, width)
+
+    def own_row(self) -> npt.NDArray[np.float32]:
+        """The last run's output entry's own hidden row, copied (the pointer is into the
+        output buffer the next run rewrites): the next draft step's row, (1, n_embd)."""
+        h = _get_nextn_ith(self._ctx, -1)
+        if not h:
+            raise GenerationError(f"llama.cpp gave no hidden row from {self.what}")
+        ctypes.memmove(self._own.ctypes.data, h, self.n_embd * 4)
+        return self._own
 
     def pos_max(self) -> int:
         """The last position in its cache (-1: empty)."""

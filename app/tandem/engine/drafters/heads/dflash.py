@@ -1,6 +1,6 @@
 """A DFlash drafter: block diffusion trained on the target's hidden rows, in a GGUF of its own
-beside the target (`dflash-*.gguf` / `dspark-*.gguf`, architecture "dflash"; sidecar.py checks
-it). One pass guesses a whole block.
+beside the target (`dflash-*.gguf` / `dspark-*.gguf`, architecture "dflash"). One pass guesses a
+whole block.
 
 Its attention cache holds, at each position the target has decoded, keys and values made from
 the target's rows at a few of its layers ("injected": `fc`, then each layer's key and value
@@ -29,73 +29,77 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from ..draft_policy import CostModel
-from ..errors import GenerationError
-from ..events import RoundEvent
-from ..gguf_info import GGUFInfo
-from ..llama_lib import llama_cpp
-from ..model import DecodeListener, LoadedModel, common_prefix
-from ..sampling import Dist, NonFiniteLogits, SamplerSettings
-from ..sidecar import DFLASH as DFLASH_ARCH
-from ..sidecar import read_facts
-from ..sidecar_model import DECODE, SidecarModel, dflash_selector_top_k, set_embeddings_nextn
-from . import DrafterKind, Proposal, draw
-from .names import DFLASH
-from .spec import BuildContext, Drafter, DrafterSpec, Needs, Offer, RoundView, timed_draft_cost
+from ...config import DRAFT_MAX_LIMIT
+from ...draft_policy import CostModel
+from ...errors import GenerationError
+from ...gguf_info import GGUFInfo
+from ...sampling import Dist, NonFiniteLogits, SamplerSettings
+from .. import Proposal, draw
+from ..spec import (
+    Offer,
+    RoundView,
+    Words,
+)
+from .base import (
+    FLUSH_ROWS,
+    HeadDrafterBase,
+    TrainedHead,
+    attached,
+    trained_spec,
+)
+from .files import DrafterFacts, read_trained
 
-# Target positions waiting to be injected before they go in unasked (a long prefill).
-_FLUSH_ROWS = 64
+if TYPE_CHECKING:
+    from ...model import LoadedModel
+
+KIND = "dflash"
+ARCH = "dflash"  # the GGUF architecture of its files (DFlash, DSpark, DFlash2)
+# DFlash draws a block [last, <mask> x (B - 1)]: at least one mask; real drafters use 7-16.
+MIN_BLOCK_SIZE = 2
+MAX_BLOCK_SIZE = 256
+DEFAULT_BLOCK_SIZE = 16  # llama.cpp's when the header does not say
 
 
-class DFlashHead:
-    """One DFlash (DSpark, DFlash2) drafter beside one target, kept in step with its decodes."""
+class DFlashHead(TrainedHead):
+    """One DFlash (DSpark, DFlash2) drafter beside one target, kept in step with its decodes.
+    Its entries are the target's positions whose rows went into its cache (`injected`)."""
 
     def __init__(self, target: LoadedModel, path: Path, info: GGUFInfo) -> None:
-        self.target = target
+        from .context import HeadContext  # (llama.cpp's bindings: only once a head is made)
+
         self.path = path
-        self.facts = facts = read_facts(info)
+        self.facts = facts = _read(info)
         self.slots_max = facts.max_draft + (0 if facts.anchor_first else 1)
-        self.model = SidecarModel(target, path, facts, n_outputs=self.slots_max)
-        ctx = self.model.ctx
-        self.top_k = int(dflash_selector_top_k(self.model.model))  # DFlash2's selector: > 0
+        context = HeadContext(
+            target, path=path, n_outputs=self.slots_max, what=path.name, layers=facts.layers
+        )
+        super().__init__(target, context)
+        self.top_k = context.selector_top_k()  # DFlash2's selector: > 0
         if self.top_k > 0:
-            set_embeddings_nextn(ctx, True, False)  # its lattice, one row per block position
-        causal = info.get(f"{DFLASH_ARCH}.attention.causal")
-        llama_cpp.llama_set_causal_attn(ctx, causal is True)  # (both ways unless it says)
+            context.extra_rows(own=False)  # its lattice, one row per block position
+        causal = info.get(f"{ARCH}.attention.causal")
+        context.attend_both_ways(causal is not True)  # (both ways unless it says)
         self.mask = facts.mask_token
-        self.decode_seconds = 0.0
-        self.following = False
-        self.seen: list[int] = []  # the target's tokens: injected, then waiting
-        self.injected = 0  # of them, how many are in its cache
-        width = len(facts.layers) * self.model.n_embd_target
-        self._waiting = np.zeros((_FLUSH_ROWS + 64, width), dtype=np.float32)  # row i: injected + i
+        width = len(facts.layers) * context.n_embd_target
+        self._waiting = np.zeros((FLUSH_ROWS + 64, width), dtype=np.float32)  # row i: injected + i
 
     @property
-    def label(self) -> str:
-        return self.facts.label
+    def injected(self) -> int:
+        return self.entries
 
-    def close(self) -> None:
-        self.model.close()
+    def _follow(self, on: bool) -> None:
+        if on:
+            self.context.tap()
 
-    # ------------------------------------------------------------------ following the target
-    def set_following(self, on: bool) -> int:
-        if on and not self.following:
-            self.model.tap()
-        self.following = on
-        n = common_prefix(self.seen, self.target.cached)
-        self.truncate(n)
-        return n
-
-    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
-        """The target decoded `tokens` at positions pos0...: keep their rows for injection."""
-        if not self.following or pos0 > len(self.seen):
-            return
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+        """Keep the batch's rows for injection."""
         self.truncate(pos0)
-        rows = self.model.target_rows(len(tokens))
+        rows = self.context.target_rows(len(tokens))
         at = pos0 - self.injected
         end = at + len(rows)
         if end > len(self._waiting):
@@ -103,67 +107,61 @@ class DFlashHead:
             grown[:at] = self._waiting[:at]
             self._waiting = grown
         self._waiting[at:end] = rows
-        self.seen.extend(tokens)
-        if len(self.seen) - self.injected > _FLUSH_ROWS:
+        self.track.seen.extend(tokens)
+        if len(self.track.seen) - self.injected > FLUSH_ROWS:
             self._inject()
 
     def truncate(self, n: int) -> None:
-        """The target kept its first n positions."""
-        del self.seen[n:]
+        track = self.track
+        del track.seen[n:]
         if self.injected > n:
-            self.model.cut(n)
-            self.injected = n
+            self.context.cut(n)
+            del track.entry_tokens[n:]
 
     def _inject(self) -> int:
         """Put the waiting rows into its cache (n_batch at a time); how many."""
-        model = self.model
-        n = len(self.seen) - self.injected
+        ctx, track = self.context, self.track
+        n = len(track.seen) - self.injected
         done = 0
         while done < n:
-            chunk = min(n - done, model.n_batch)
-            model.clear()
+            chunk = min(n - done, ctx.n_batch)
+            ctx.clear()
             rows = self._waiting[done : done + chunk]
+            at = self.injected
             for i in range(chunk):
-                model.add_embd(rows, i, self.injected + i)
-            self.decode_seconds += model.run(DECODE, self.injected)
-            self.injected += chunk
+                ctx.add_embd(rows, i, at + i)
+            self.decode_seconds += ctx.decode(at)
+            track.entry_tokens.extend(track.seen[at : at + chunk])
             done += chunk
         return done
 
     # ------------------------------------------------------------------ drafting
-    def ready_for(self, history: Sequence[int]) -> bool:
-        return self.following and len(self.seen) == len(history) - 1
-
     def block(self, history: Sequence[int], k: int) -> tuple[list[npt.NDArray[np.float32]], int, float]:
         """One pass over [last, <mask>...] for k guesses: each guess's logits row (DFlash2: its
         lattice row), how many target positions went in first, and the pass's seconds."""
         t0 = time.perf_counter()
         caught_up = self._inject()
-        model = self.model
+        ctx = self.context
         n = len(history) - 1
         first = 0 if self.facts.anchor_first else 1
         slots = first + k
         assert self.mask is not None
         selector = self.top_k > 0
-        model.clear()
+        ctx.clear()
         for i in range(slots):
             # (Every position outputs: llama.cpp's DFlash graph keeps all its rows, in order.)
-            model.add_token(history[-1] if i == 0 else self.mask, n + i, output=not selector)
-        self.decode_seconds += model.run(DECODE, self.injected)
+            ctx.add_token(history[-1] if i == 0 else self.mask, n + i, output=not selector)
+        self.decode_seconds += ctx.decode(self.injected)
         if selector:
-            lattice = model.hidden(slots, model.n_embd)
+            lattice = ctx.hidden(slots, ctx.n_embd)
             rows = [lattice[i] for i in range(first, slots)]
         else:
-            rows = [model.logits(i) for i in range(first, slots)]
+            rows = [ctx.logits(i) for i in range(first, slots)]
         return rows, caught_up, time.perf_counter() - t0
 
-    def end_draft(self) -> None:
-        """Drop the block's entries."""
-        self.model.cut(self.injected)
 
-
-class DFlashDrafter:
-    kind: DrafterKind = DFLASH
+class DFlashDrafter(HeadDrafterBase[DFlashHead]):
+    kind = KIND
 
     def __init__(
         self,
@@ -174,11 +172,7 @@ class DFlashDrafter:
         cancel: threading.Event | None,
         costs: CostModel,
     ) -> None:
-        self.head = head
-        self.sampler = sampler
-        self.rng = rng
-        self.p_min = p_min
-        self.cancel = cancel
+        super().__init__(head, sampler, rng, p_min, cancel)
         self.costs = costs
         self._warm = False  # a generation's first block runs cold: its time would mislead
 
@@ -216,7 +210,7 @@ class DFlashDrafter:
                 drawn = draw(row, self.sampler, self.rng, self.p_min)
             except NonFiniteLogits:
                 raise GenerationError(
-                    f"{self.head.path.name} (a {self.head.label}) produced NaN or infinite logits: "
+                    f"{self.head.subject} produced NaN or infinite logits: "
                     "draft with --drafter lookup or a draft model instead"
                 ) from None
             if drawn is None:
@@ -246,75 +240,50 @@ class DFlashDrafter:
             guesses.append((token, q))
         return guesses
 
-    def accept(self, keep: int) -> None:
-        self.head.truncate(keep)
-
-    # ------------------------------------------------------------------ scheduling
-    def began(self, prompt: Sequence[int]) -> bool:
-        return True
-
-    def search(self, view: RoundView) -> None:
-        pass
-
     def offer(self, view: RoundView) -> Offer | None:
         k, rate = view.policies[self.kind].plan(min(view.budget, self.head.facts.max_draft))
         return Offer(rate, k)
 
-    def chosen(self, k: int, view: RoundView) -> Drafter:
-        return self
-
-    def credit(self, rnd: RoundEvent) -> list[tuple[str, int, int]]:
-        own = rnd.drafted - rnd.looked_up
-        return [(self.kind, own, min(rnd.accepted, own))]
-
-    def listener(self) -> DecodeListener | None:
-        return self.head
-
 
 def head_of(target: LoadedModel) -> DFlashHead | None:
     """The DFlash drafter attached to the target, if any."""
-    return next((x for x in target.listeners if isinstance(x, DFlashHead)), None)
+    return attached(target, DFlashHead)
 
 
-def attach(target: LoadedModel, path: Path, info: GGUFInfo) -> DFlashHead:
-    """Load a checked DFlash file beside the target, as one of its decode listeners."""
-    head = DFlashHead(target, path, info)
-    target.listeners.append(head)
-    return head
+def _read(info: GGUFInfo) -> DrafterFacts:
+    h = read_trained(info, ARCH, "DFlash")
+    bad, tensors = h.bad, h.tensors
+    block = info.get(f"{ARCH}.block_size", DEFAULT_BLOCK_SIZE)
+    if not isinstance(block, int) or isinstance(block, bool) or not MIN_BLOCK_SIZE <= block <= MAX_BLOCK_SIZE:
+        raise bad(f"its block size is {block!r}; a block has {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE} positions")
+    mask = info.get("tokenizer.ggml.mask_token_id")
+    n_vocab = len(info.tokens)
+    if not isinstance(mask, int) or isinstance(mask, bool) or not 0 <= mask < max(n_vocab, 1):
+        raise bad(f"it has no valid mask token (tokenizer.ggml.mask_token_id is {mask!r})")
+    dspark = "markov_w1.weight" in tensors
+    selector = "selector_hidden.weight" in tensors
+    variant = "DSpark" if dspark else "DFlash2" if selector else "DFlash"
+    anchor = dspark and info.get(f"{ARCH}.sample_from_anchor", True) is not False
+    slots = block if anchor else block - 1  # the block's open positions
+    # The drafter's rows are fused from the target's at its own width (fc: layers x n_embd).
+    max_draft = max(1, min(DRAFT_MAX_LIMIT, slots))
+    return h.facts(KIND, variant, h.n_embd, max_draft, block_size=block, anchor_first=anchor, mask_token=mask)
 
 
-def _build(ctx: BuildContext) -> Drafter | None:
-    head = head_of(ctx.target)
-    if head is None:
-        return None
-    return DFlashDrafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel, ctx.costs)
-
-
-def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
-    if head_of(target) is not None:
-        return None
-    return (
-        f"no DFlash drafter is loaded for {target.path.name}: give the dflash-*.gguf (or dspark-*) "
-        "trained for it as the draft (--draft), or draft another way (--drafter auto)"
-    )
-
-
-def _phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
-    head = head_of(target)
-    return f"{head.path.name} ({head.label})" if head is not None else "a DFlash drafter"
-
-
-SPEC = DrafterSpec(
-    name=DFLASH,
-    label="DFlash drafter",
-    needs=Needs.SIDECAR,
-    build=_build,
-    missing=_missing,
-    draft_cost=timed_draft_cost,
-    untimed_rank=1,
-    listens=("layer rows",),
-    phrase=_phrase,
-    note="its DFlash drafter",
-    sidecar_archs=(DFLASH_ARCH,),
-    load_sidecar=attach,
+SPEC = trained_spec(
+    KIND,
+    Words(
+        label="DFlash drafter",
+        help="a DFlash (DSpark) drafter trained for the target, given as --draft or beside it "
+        "(dflash-*.gguf, dspark-*.gguf)",
+        note="its DFlash drafter",
+    ),
+    head=DFlashHead,
+    drafter=lambda head, ctx: DFlashDrafter(
+        head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel, ctx.costs
+    ),
+    read=_read,
+    arch=ARCH,
+    prefixes=("dflash-", "dspark-"),
+    rank=1,  # (its block is the cheapest pass)
 )

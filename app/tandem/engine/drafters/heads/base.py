@@ -1,0 +1,415 @@
+"""What the drafters that read the target's rows share: MTP heads, EAGLE-3 and DFlash.
+
+Each of them runs in a llama.cpp context of its own beside the target (context.py) and is one
+of the target's decode listeners: while a generation drafts with it, every target batch hands
+over rows (the trunk's hidden rows for MTP heads, the input rows of a few layers for a trained
+drafter), and the head keeps what it needs of them for every position the target holds, so
+that however far back the target is cut (a new turn, a rollback) it can go on from there.
+
+* `Track`: what a head knows of the target's sequence (whether it follows, the tokens whose
+  rows it holds, the tokens of its own cache's entries), in one object.
+* `Head`: following the target (set_following, on_decode, truncate), ready_for and end_draft,
+  the same for every kind; a kind says how it takes a batch's rows (`_take`) and cuts its cache.
+* `EntryHead`: a head whose cache holds one entry per position, a token and a row (MTP, EAGLE-3):
+  entries are added lazily, a draft's first step catching up in one batch on what the target
+  accepted since the last draft; further steps feed the head its own row; those are dropped.
+* `HeadDrafter`: drafting autoregressively with such a head, and its part in scheduling.
+
+Rollback is by token comparison (`truncate`, and every target decode says from which position
+it wrote), so multi-turn reuse, regenerate and cancel need nothing special.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import GenerationError, ModelLoadError
+from ...gguf_info import GGUFInfo
+from ...prefix import common_prefix
+from ...sampling import NonFiniteLogits, SamplerSettings
+from .. import Proposal, draw
+from ..spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Files, Needs, Traits, Words
+from .files import DrafterFacts, described, layer_problems
+
+if TYPE_CHECKING:
+    from ...model import LoadedModel
+    from .context import HeadContext
+
+# Target positions a head takes rows for beyond its entries before it catches up unasked (a
+# long prefill goes in chunk by chunk, rather than all at the first draft).
+FLUSH_ROWS = 64
+
+
+def trained_supported() -> bool:
+    """Whether this llama.cpp build has the calls a trained drafter's file needs."""
+    from .context import files_supported  # (llama.cpp's bindings: only when asked)
+
+    return files_supported()
+
+
+def trained_unsupported(name: str) -> str:
+    """Why this build cannot run the trained drafter `name`, in one line."""
+    return (
+        f"this llama.cpp build cannot run {name} (a trained drafter): update it "
+        "(python3 scripts/install.py --rebuild)"
+    )
+
+
+def refuse_unsupported(path: Path) -> None:
+    """Before a trained drafter's file loads: ModelLoadError when this build cannot run it."""
+    if not trained_supported():
+        raise ModelLoadError(trained_unsupported(path.name))
+
+
+@dataclass
+class Track:
+    """What a head knows of one target sequence: one object, so that a head could follow
+    several sequences with one of these each."""
+
+    following: bool = False  # the target hands its rows over
+    seen: list[int] = field(default_factory=list)  # the target's tokens whose rows it holds
+    # The tokens of its cache's entries (entry p's token is x_{p + Head.offset}).
+    entry_tokens: list[int] = field(default_factory=list)
+
+
+class Head:
+    """One drafter beside one target, kept in step with the target's decodes (a
+    DecodeListener). Subclasses say how a batch's rows are taken and when entries go."""
+
+    # Entry p of its cache holds token x_{p + offset} (MTP: x_p with h_{p-1}; EAGLE-3: x_{p+1}
+    # with g_p), and it can draft once it holds `min_seen` positions' rows.
+    offset = 0
+    min_seen = 0
+
+    def __init__(self, target: LoadedModel, context: HeadContext) -> None:
+        self.target = target
+        self.context = context
+        self.track = Track()
+        self.decode_seconds = 0.0  # its own time inside llama.cpp (a generation's clock counts it)
+
+    @property
+    def following(self) -> bool:
+        return self.track.following
+
+    @property
+    def seen(self) -> list[int]:
+        return self.track.seen
+
+    @property
+    def entries(self) -> int:
+        """Entries in its cache built from the target's rows."""
+        return len(self.track.entry_tokens)
+
+    @property
+    def subject(self) -> str:
+        """Who drafted, in a message: "x.gguf (an EAGLE-3 drafter)"."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.context.close()
+
+    # ------------------------------------------------------------------ following the target
+    def set_following(self, on: bool) -> int:
+        """Start or stop taking the target's rows (a plain-target run does not pay for them).
+        Returns how many of the target's cached tokens the head has rows for: when following,
+        the target must drop the rest (decoded while the head was not following)."""
+        if on != self.track.following:
+            self._follow(on)
+            self.track.following = on
+        n = common_prefix(self.track.seen, self.target.cached)
+        self.truncate(n)
+        return n
+
+    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+        """The target decoded `tokens` at positions pos0...: take their rows."""
+        if not self.track.following or pos0 > len(self.track.seen):
+            return  # (rows missing in between: set_following cuts the target back)
+        self._take(model, pos0, tokens)
+
+    def truncate(self, n: int) -> None:
+        """The target kept its first n positions."""
+        raise NotImplementedError
+
+    def ready_for(self, history: Sequence[int]) -> bool:
+        """Whether it can draft after `history`: it has the target's rows for all but the last
+        token (the target holds exactly those)."""
+        seen = len(self.track.seen)
+        return self.track.following and seen == len(history) - 1 and seen >= self.min_seen
+
+    def end_draft(self) -> None:
+        """Drop the draft's entries: built from its own guesses, not the target's rows."""
+        self.context.cut(self.entries)
+
+    # ------------------------------------------------------------------ the kind's part
+    def _follow(self, on: bool) -> None:
+        """Switch the target's outputs this head reads on or off."""
+        raise NotImplementedError
+
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+        """Keep what it needs of a target batch's rows (tokens at pos0...)."""
+        raise NotImplementedError
+
+
+class EntryHead(Head):
+    """A head whose cache holds an entry per position: a token and a target row (MTP heads:
+    x_p with h_{p-1}; EAGLE-3: x_{p+1} with g_p). The rows are kept (float16) for every
+    position the target holds; entries are added lazily."""
+
+    # EAGLE-3's graph keeps the first rows of its logits: the entry whose logits are wanted
+    # goes in a pass of its own (as llama.cpp's own driver does).
+    last_alone = False
+
+    def __init__(self, target: LoadedModel, context: HeadContext, width: int) -> None:
+        super().__init__(target, context)
+        self._rows = np.zeros((64, width), dtype=np.float16)  # row p: position p's
+
+    def _rows_of(self, model: LoadedModel, n: int) -> npt.NDArray[np.float32]:
+        """The rows this head keeps for the target's last batch (n tokens)."""
+        raise NotImplementedError
+
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+        track, o = self.track, self.offset
+        # Entry p's row depends on x_0..x_{p+o-1}, its token on x_{p+o}: with an offset the
+        # first token is in no entry's token, so a new first token invalidates them all.
+        first_changed = o > 0 and pos0 == 0 and track.seen[:1] != list(tokens[:1])
+        rows = self._rows_of(model, len(tokens))
+        end = pos0 + len(tokens)
+        if end > len(self._rows):
+            grown = np.zeros((max(2 * len(self._rows), end), self._rows.shape[1]), dtype=np.float16)
+            grown[:pos0] = self._rows[:pos0]
+            self._rows = grown
+        self._rows[pos0:end] = rows
+        del track.seen[pos0:]
+        track.seen.extend(tokens)
+        keep = 0 if first_changed else common_prefix(track.entry_tokens, track.seen[o:])
+        if keep == len(track.seen) - o:  # the entry after them too (checked against the next history)
+            keep = min(self.entries, keep + 1)
+        self._keep_entries(keep)
+        if len(track.seen) - o - self.entries > FLUSH_ROWS:
+            # A long prefill: catch up now, chunk by chunk, rather than all at the first draft.
+            self._extend(track.seen, len(track.seen) - o, output=False)
+
+    def truncate(self, n: int) -> None:
+        del self.track.seen[n:]
+        # (MTP: entry n, the token after them, may still hold: checked against the next history.)
+        self._keep_entries(min(self.entries, n + 1 - self.offset))
+
+    def _keep_entries(self, n: int) -> None:
+        if n < self.entries:
+            self.context.cut(n)
+            del self.track.entry_tokens[n:]
+
+    def _extend(self, tokens: Sequence[int], upto: int, *, output: bool) -> int:
+        """Add the entries for positions entries..upto-1 (entry p: tokens[p + offset] with row
+        p + offset - 1, zeros before the first), n_batch at a time; the batch index of the last
+        one (its logits are kept when `output`)."""
+        ctx, o = self.context, self.offset
+        p, idx = self.entries, -1
+        while p < upto:
+            end = min(upto, p + ctx.n_batch)
+            # Float32, contiguous for the batch's pointers.
+            rows = np.zeros((end - p, self._rows.shape[1]), dtype=np.float32)
+            lo = max(p - 1 + o, 0)
+            rows[lo - (p - 1 + o) :] = self._rows[lo : end - 1 + o]
+            ctx.clear()
+            for i in range(end - p):
+                last = output and p + i == upto - 1
+                idx = ctx.add_token(tokens[p + i + o], p + i, row=rows, i=i, output=last)
+            self.decode_seconds += ctx.decode(p)
+            self.track.entry_tokens.extend(tokens[p + o : end + o])
+            p = end
+        return idx
+
+    # ------------------------------------------------------------------ drafting
+    def first_step(self, history: Sequence[int]) -> tuple[npt.NDArray[np.float32], int]:
+        """Catch up on the target's new rows and add the round's last token's entry: the logits
+        for the first draft token, and how many entries were added."""
+        o = self.offset
+        n = len(history) - o
+        # (The last entry is built anew when it exists: its logits were overwritten since.)
+        self._keep_entries(min(common_prefix(self.track.entry_tokens, history[o:]), n - 1))
+        before = self.entries
+        if self.last_alone:
+            self._extend(history, n - 1, output=False)
+        idx = self._extend(history, n, output=True)
+        return self.context.logits(idx), n - before
+
+    def next_step(self, token: int, pos: int) -> npt.NDArray[np.float32]:
+        """One more draft step: `token` at `pos`, with the head's own row from the step before
+        in place of the target's; the logits for the token after it."""
+        ctx = self.context
+        own = ctx.own_row()
+        ctx.clear()
+        idx = ctx.add_token(token, pos, row=own, output=True)
+        self.decode_seconds += ctx.decode(self.entries)
+        return ctx.logits(idx)
+
+
+H = TypeVar("H", bound=Head)
+
+
+class HeadDrafterBase(DrafterBase, Generic[H]):
+    """A drafter over a head: it rolls back as the target does, and it is what follows the
+    target's decodes for a generation that uses it."""
+
+    def __init__(
+        self,
+        head: H,
+        sampler: SamplerSettings,
+        rng: random.Random,
+        p_min: float,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.head = head
+        self.sampler = sampler
+        self.rng = rng
+        self.p_min = p_min
+        self.cancel = cancel
+
+    def accept(self, keep: int) -> None:
+        self.head.truncate(keep)
+
+    def listener(self) -> H:
+        return self.head
+
+
+class HeadDrafter(HeadDrafterBase[EntryHead]):
+    """Drafting autoregressively with an EntryHead: the first step catches up, each further
+    step feeds the head its own row. Greedy, or q = the head's distribution after the same
+    sampler settings as the target's, so the acceptance test keeps the output the target's."""
+
+    def draft(self, history: Sequence[int], k: int) -> Proposal:
+        out = Proposal()
+        head = self.head
+        if k <= 0 or not head.ready_for(history):
+            return out
+        t0 = time.perf_counter()
+        try:
+            logits, out.caught_up = head.first_step(history)
+            out.passes = 1
+            pos = len(history) - head.offset  # where the first draft token's entry goes
+            while True:
+                try:
+                    drawn = draw(logits, self.sampler, self.rng, self.p_min)
+                except NonFiniteLogits:
+                    raise GenerationError(
+                        f"{head.subject} produced NaN or infinite logits: draft with --drafter lookup "
+                        "or a draft model instead"
+                    ) from None
+                if out.passes == 1:
+                    out.first_s = time.perf_counter() - t0
+                if drawn is None:
+                    break  # unsure here: a rejection is likely
+                token, q = drawn
+                out.tokens.append(token)
+                out.qs.append(q)
+                if len(out.tokens) >= k or (self.cancel is not None and self.cancel.is_set()):
+                    break
+                if head.target.is_eog(token):
+                    break
+                logits = head.next_step(token, pos)
+                pos += 1
+                out.passes += 1
+        finally:
+            head.end_draft()
+        return out
+
+
+def attached(target: LoadedModel, cls: type[H]) -> H | None:
+    """The head of this class attached to the target, if any."""
+    return next((x for x in target.listeners if isinstance(x, cls)), None)
+
+
+def attach_trained(target: LoadedModel, path: Path, info: GGUFInfo, make: Callable[..., H]) -> H:
+    """Load a checked trained drafter's file beside the target, as one of its listeners."""
+    refuse_unsupported(path)
+    head = make(target, path, info)
+    target.listeners.append(head)
+    return head
+
+
+class TrainedHead(Head):
+    """A trained drafter's head: what it knows of its file (EAGLE-3, DFlash)."""
+
+    path: Path
+    facts: DrafterFacts
+
+    @property
+    def label(self) -> str:
+        return self.facts.label
+
+    @property
+    def subject(self) -> str:
+        return f"{self.path.name} ({described(self.label)})"
+
+
+T = TypeVar("T", bound=TrainedHead)
+
+
+def trained_spec(
+    kind: str,
+    words: Words,
+    *,
+    head: type[T],
+    drafter: Callable[[T, BuildContext], Drafter],
+    read: Callable[[GGUFInfo], DrafterFacts],
+    arch: str,
+    prefixes: tuple[str, ...],
+    rank: int,
+) -> DrafterSpec:
+    """The spec of a trained drafter in a file of its own (EAGLE-3, DFlash): it needs that file
+    beside the target, as a `head` among the target's listeners, and drafts with `drafter`; it
+    reads the target's layer rows, is checked by the layers it reads, and runs where this
+    build has the calls it needs. Its words name the file when one is attached."""
+
+    def build(ctx: BuildContext) -> Drafter | None:
+        found = attached(ctx.target, head)
+        return None if found is None else drafter(found, ctx)
+
+    def missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
+        if attached(target, head) is not None:
+            return None
+        first, *others = (f"{p}*.gguf" if i == 0 else f"{p}*" for i, p in enumerate(prefixes))
+        also = f" (or {', '.join(others)})" if others else ""
+        return (
+            f"no {words.label} is loaded for {target.path.name}: give the {first}{also} trained for it "
+            "as the draft (--draft), or draft another way (--drafter auto)"
+        )
+
+    def phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
+        found = attached(target, head)
+        return f"{found.path.name} ({found.label})" if found is not None else described(words.label)
+
+    def load(target: LoadedModel, path: Path, info: GGUFInfo) -> T:
+        return attach_trained(target, path, info, head)
+
+    return DrafterSpec(
+        name=kind,
+        words=replace(words, phrase=phrase),
+        needs=Needs.SIDECAR,
+        build=build,
+        missing=missing,
+        traits=Traits(untimed_rank=1),
+        listens=("layer rows",),
+        files=Files(
+            label=words.label,
+            what=described(words.label),
+            read=read,
+            check=lambda target, facts, info: layer_problems(target, facts),
+            load=load,
+            supported=trained_supported,
+            unsupported=trained_unsupported,
+            archs=(arch,),
+            prefixes=prefixes,
+            rank=rank,
+        ),
+    )
