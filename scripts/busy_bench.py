@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/busy_bench.py threads [--runs 5] [--against REF] [--json OUT]
     .venv/bin/python scripts/busy_bench.py speedup [--runs 3] [--json OUT]
+    .venv/bin/python scripts/busy_bench.py idle [--runs 7] [--against REF] [--spins 300,3000]
 
 `threads`: the target alone (`tandem run --baseline -n 64`, default settings), alternated over
 three conditions: alone; two such processes at once; one CPU-bound process per core beside it.
@@ -16,6 +17,10 @@ pay (Gemma 3 270M F16 drafted by SmolLM2 across tokenizers), `tandem run --json`
 `--baseline` alternated, idle and with one CPU-bound process per core starting mid-answer (the
 same delay after launch for both): the ratio of their tok/s against the `stats.speedup` the
 speculative run showed, and whether it ever exceeded the tokens per pass.
+
+`idle`: the idle speed and two at once, for this tree, the thread governor off
+(`TANDEM_ADAPTIVE_THREADS=off`), each `GOMP_SPINCOUNT` of `--spins` and Tandem at REF,
+alternated round by round: the medians, and each one's paired ratio to REF's (or this tree's).
 
 Time it alone: nothing else running (it is the neighbour itself). Models: scripts/test_models.py.
 """
@@ -271,6 +276,39 @@ def speedup_bench(args: argparse.Namespace) -> dict[str, Any]:
     return {"tokens": args.tokens, "runs": args.runs, "results": report}
 
 
+def idle_bench(args: argparse.Namespace) -> dict[str, Any]:
+    model = model_files.smollm2("F16")
+    cmd = tandem_cmd(["--target", str(model), "--baseline", "-n", str(args.tokens), PROMPT])
+    variants: dict[str, dict[str, str]] = {
+        "tandem": dict(os.environ),
+        "governor off": dict(os.environ, TANDEM_ADAPTIVE_THREADS="off"),
+    }
+    for spin in filter(None, args.spins.split(",")):
+        variants[f"GOMP_SPINCOUNT={spin}"] = dict(os.environ, GOMP_SPINCOUNT=spin)
+    with contextlib.ExitStack() as stack:
+        if args.against:
+            tree = stack.enter_context(landed_tree(args.against))
+            variants[f"tandem at {args.against}"] = dict(os.environ, PYTHONPATH=str(tree / "app"))
+        results: dict[str, dict[str, list[float]]] = {v: {"alone": [], "two at once": []} for v in variants}
+        for r in range(args.runs):
+            for name, env in variants.items():
+                results[name]["alone"].append(stats_of(run_tandem(cmd, env))["decode_tokens_per_s"])
+                pair = [run_tandem(cmd, env), run_tandem(cmd, env)]
+                results[name]["two at once"].append(
+                    statistics.fmean(stats_of(p)["decode_tokens_per_s"] for p in pair)
+                )
+            print(f"run {r + 1}/{args.runs} done", file=sys.stderr)
+    ref = f"tandem at {args.against}" if args.against else "tandem"
+    print(f"\n{'':<28}{'alone':>12}{'paired vs ' + ref:>32}{'two at once (each)':>22}")
+    table = {}
+    for name, by in results.items():
+        paired = statistics.median(a / b for a, b in zip(by["alone"], results[ref]["alone"], strict=True))
+        alone, two = statistics.median(by["alone"]), statistics.median(by["two at once"])
+        table[name] = {"alone": alone, "paired_vs_ref": paired, "two_at_once": two, "all": by}
+        print(f"{name:<28}{alone:>12.1f}{paired:>31.3f}x{two:>14.1f} ({two / alone:.2f}x)")
+    return {"tokens": args.tokens, "runs": args.runs, "reference": ref, "results": table}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -283,10 +321,16 @@ def main() -> None:
     s = sub.add_parser("speedup", help="stats.speedup against alternated --baseline runs")
     s.add_argument("--runs", type=int, default=3)
     s.add_argument("--tokens", type=int, default=256)
-    for p in (t, s):
+    i = sub.add_parser("idle", help="the idle speed against REF, the governor off, other spin counts")
+    i.add_argument("--runs", type=int, default=7)
+    i.add_argument("--tokens", type=int, default=64)
+    i.add_argument("--against", metavar="REF", help="also Tandem as committed at this git ref")
+    i.add_argument("--spins", default="", help="GOMP_SPINCOUNT values to try, comma-separated")
+    for p in (t, s, i):
         p.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    result = threads_bench(args) if args.mode == "threads" else speedup_bench(args)
+    bench = {"threads": threads_bench, "speedup": speedup_bench, "idle": idle_bench}[args.mode]
+    result = bench(args)
     result["machine"] = {"cpu": _cpu_name(), "cpus": cpus(), "python": platform.python_version()}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

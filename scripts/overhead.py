@@ -37,6 +37,10 @@ PROMPT = "Write a long story about a dragon who learns to write computer program
 def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROOT) -> dict[str, float]:
     """One `tandem run --json` process of the code in `checkout`; its stats."""
     mode = ["--draft", str(model), "--drafter", "model", "--no-adaptive", "--draft-max", str(k)]
+    # Exact output (where a checkout has it) caps K at 2 on repacked weights, which would make
+    # this a measure of shorter rounds: both checkouts verify K tokens as before it existed.
+    if "--no-exact" in (checkout / "app" / "tandem" / "cli" / "options.py").read_text(encoding="utf-8"):
+        mode.append("--no-exact")
     cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--threads", "1", "--target", str(model)]
     cmd += [*(mode if speculative else ["--baseline"]), "-n", str(n), "--json", PROMPT]
     # Its own code: the venv's install points at this checkout's app/, which PYTHONPATH overrides.
@@ -54,7 +58,7 @@ def one_streamed_run(model: Path, speculative: bool, k: int, n: int) -> dict[str
     from tandem.session.collect import collect
     from tandem.session.prompts import text_prompt
 
-    cfg = GenerationConfig(max_tokens=n, draft_max=k, adaptive=False, drafter="model")
+    cfg = GenerationConfig(max_tokens=n, draft_max=k, adaptive=False, drafter="model", exact=False)
     with ModelPair.load(model, model if speculative else None, LoadOptions(n_threads=1)) as pair:
         prompt = text_prompt(pair, PROMPT)
         with tempfile.TemporaryFile("w+", encoding="utf-8") as out:
