@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tandem.engine import threads
 from tandem.engine.threads import CpuMeter, ThreadGovernor, ThreadPolicy, configure_openmp
 
 pytestmark = pytest.mark.fast
@@ -110,9 +111,14 @@ def test_one_thread_is_never_changed() -> None:
     assert clock.steps(policy, 20, 10 * STEP, others=2.0) == []
 
 
-def test_the_cpu_meter_reads_what_others_used(tmp_path: Path) -> None:
+def test_the_cpu_meter_reads_what_others_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stat = tmp_path / "stat"
     cpus = sorted(os.sched_getaffinity(0))
+    # The meter's clocks, fixed: on a loaded machine (a CI run) the real ones move between two
+    # lines of this test by more than the tolerance.
+    clock = {"wall": 100.0, "cpu": 5.0}
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(threads.time, "process_time", lambda: clock["cpu"])
 
     def write(busy_ticks: int, idle_ticks: int) -> None:
         lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
@@ -123,13 +129,20 @@ def test_the_cpu_meter_reads_what_others_used(tmp_path: Path) -> None:
     write(0, 0)
     stat.write_text(stat.read_text().replace("cpu0 0", "cpu0 1"))  # (a non-zero first sample)
     meter = CpuMeter(str(stat))
-    meter._last = (meter._last[0] - 1.0, meter._last[1], meter._last[2])  # 1 s ago
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
-    # Every CPU busy for the whole second, this process idle: all of them were others'.
-    write(round(1.0 / tick), 0)
+    # One second later, every CPU busy for the whole second, this process idle: all of them
+    # were others'.
+    clock["wall"] += 1.0
+    write(1 + round(1.0 / tick), 0)
     others = meter.update()
     assert others is not None
-    assert others == pytest.approx(len(cpus), rel=0.05)
+    assert others == pytest.approx(len(cpus), abs=0.05)
+    # The next second, this process used one core's worth: that one is not others'.
+    clock["wall"] += 1.0
+    clock["cpu"] += 1.0
+    write(1 + 2 * round(1.0 / tick), 0)
+    others = meter.update()
+    assert others == pytest.approx(len(cpus) - 1, abs=0.05)
 
 
 def test_the_cpu_meter_says_nothing_without_proc_stat(tmp_path: Path) -> None:
