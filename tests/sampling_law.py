@@ -4,24 +4,31 @@ sampled continuations against it: the losslessness tests for every drafter use b
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from scipy.stats import chisquare
 
 from tandem.engine import ModelPair, SamplerSettings
 from tandem.engine.sampling import distribution
 
+if TYPE_CHECKING:
+    from tandem.engine.model import LoadedModel
 
-def exact_joint(
-    pair: ModelPair, prompt: list[int], settings: SamplerSettings, n_tokens: int
+
+def _joint(
+    target: LoadedModel,
+    logits_after: Callable[[tuple[int, ...]], Any],
+    settings: SamplerSettings,
+    n_tokens: int,
 ) -> dict[tuple[int, ...], float]:
-    """P(t1 .. tn) under the target alone, from its logits along every branch."""
-    target = pair.target
+    """P(t1 .. tn), expanding every branch: `logits_after(seq)` is the target's last row after
+    the prompt and `seq`."""
     joint: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(n_tokens):
         nxt: dict[tuple[int, ...], float] = {}
         for seq, prob in joint.items():
-            target.reset()
-            logits = target.decode([*prompt, *seq], "last")
+            logits = logits_after(seq)
             assert logits is not None
             dist = distribution(logits[0], settings)
             assert dist.ids is not None
@@ -30,6 +37,19 @@ def exact_joint(
                 nxt[(*seq, tok)] = prob * p
         joint = nxt
     return joint
+
+
+def exact_joint(
+    pair: ModelPair, prompt: list[int], settings: SamplerSettings, n_tokens: int
+) -> dict[tuple[int, ...], float]:
+    """P(t1 .. tn) under the target alone, from its logits along every branch."""
+    target = pair.target
+
+    def logits_after(seq: tuple[int, ...]) -> Any:
+        target.reset()
+        return target.decode([*prompt, *seq], "last")
+
+    return _joint(target, logits_after, settings, n_tokens)
 
 
 def stepwise_joint(
@@ -44,25 +64,19 @@ def stepwise_joint(
     target.reset()
     target.decode(prompt[:-1], "none")
     base = len(target.cached)
-    joint: dict[tuple[int, ...], float] = {(): 1.0}
+
+    def logits_after(seq: tuple[int, ...]) -> Any:
+        target.truncate(base)
+        logits = None
+        for tok in [prompt[-1], *seq]:
+            logits = target.decode([tok], "last")
+        return logits
+
     target.exact = exact
     try:
-        for _ in range(n_tokens):
-            nxt: dict[tuple[int, ...], float] = {}
-            for seq, prob in joint.items():
-                target.truncate(base)
-                for tok in [prompt[-1], *seq]:
-                    logits = target.decode([tok], "last")
-                assert logits is not None
-                dist = distribution(logits[0], settings)
-                assert dist.ids is not None
-                for tok, p in zip(dist.ids.tolist(), dist.probs.tolist(), strict=True):
-                    assert not target.is_eog(tok), "pick a prompt whose continuations never end"
-                    nxt[(*seq, tok)] = prob * p
-            joint = nxt
+        return _joint(target, logits_after, settings, n_tokens)
     finally:
         target.exact = False
-    return joint
 
 
 def chi_square_p(joint: dict[tuple[int, ...], float], counts: Counter[tuple[int, ...]]) -> float:
