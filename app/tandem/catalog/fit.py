@@ -117,6 +117,23 @@ def files_fit(target: Path, draft: Path | None, n_ctx: int) -> FitVerdict:
     return judge(need + runtime_overhead(weights), available, device)
 
 
+def sequences_fit(target: Path, draft: Path | None, n_ctx: int) -> tuple[int, str]:
+    """How many sequences of `n_ctx` tokens each (tandem serve --parallel) fit beside the
+    models in the memory available now, and where: the KV cache grows by one context of each
+    model per sequence."""
+    weights = 0
+    per_seq = 0
+    for path in (target, draft):
+        if path is None:
+            continue
+        info = read_gguf(path, check_data=False)
+        weights += _model_bytes(Path(path), info)
+        per_seq += kv_cache_bytes(info, n_ctx)
+    available, device = device_memory()
+    room = int(available * FITS_FRACTION) - weights - runtime_overhead(weights)
+    return (max(0, room // per_seq) if per_seq else 1 << 16), device
+
+
 # Bits per weight of common llama.cpp quantizations (whole-file averages), for guessing the size
 # of a user-catalog file that gives no size_bytes from the parameter count in its name.
 _BITS_PER_WEIGHT = {

@@ -240,6 +240,7 @@ class ServeOptions:
     name: str | None
     allow_host: tuple[str, ...]
     max_body: float | None
+    parallel: int | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         args.name,
         tuple(args.allow_host),
         args.max_body,
+        args.parallel,
     )
 
 

@@ -15,12 +15,15 @@ from tandem.cli.options import (
     add_think_option,
     serve_options,
 )
-from tandem.engine import GenerationConfig, TandemError
+from tandem.engine import MAX_SEQUENCES, GenerationConfig, LoadOptions, TandemError
 from tandem.session.drafting import drafted_by
 from tandem.session.pairs import open_pair
 from tandem.session.refs import PairRef
 
-DEFAULT_PORT = 8080  # llama.cpp's llama-server's, which clients offer first for a local server
+DEFAULT_PORT = 8080
+# The most requests answered at once when --parallel is not given (memory permitting): past it a
+# CPU's batch is wide enough that drafting has stopped paying (engine/batch_costs.py).
+PARALLEL_DEFAULT_MAX = 8  # llama.cpp's llama-server's, which clients offer first for a local server
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,6 +60,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="requests that may wait while one is answered; more get HTTP 429 (default: 32)",
     )
     g.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests answered at once, decoded together in one batch, each with the full context "
+        f"(default: as many as memory allows, at most {PARALLEL_DEFAULT_MAX}; 1: one at a time)",
+    )
+    g.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -86,6 +97,28 @@ def model_id(ref: PairRef) -> str:
     return ref.name or ref.target.name.removesuffix(".gguf")
 
 
+def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) -> tuple[int, str]:
+    """How many requests to answer at once, and the sentence that says so: as asked when memory
+    holds them (else a TandemError saying how many it holds), else as many as it holds up to
+    PARALLEL_DEFAULT_MAX."""
+    from tandem.catalog.fit import sequences_fit
+
+    fit, where = sequences_fit(ref.target, ref.draft, options.n_ctx)
+    each = f"{options.n_ctx:,} tokens of context each"
+    if asked is not None:
+        if asked > max(1, fit):
+            raise TandemError(
+                f"{where} holds {fit} sequences of {options.n_ctx:,} tokens beside the models, not "
+                f"{asked}: use --parallel {max(1, fit)} or a smaller --ctx"
+            )
+        n = asked
+        why = f"up to {n} requests at once ({each}; --parallel)"
+    else:
+        n = max(1, min(PARALLEL_DEFAULT_MAX, fit))
+        why = f"up to {n} requests at once ({each}; memory holds {fit}; --parallel N to choose)"
+    return n, why if n > 1 else "one request at a time (--parallel 1)"
+
+
 def serve(opts: ServeOptions) -> int:
     from tandem.server import ServeSettings, loopback_host
     from tandem.server.run import bind
@@ -97,9 +130,17 @@ def serve(opts: ServeOptions) -> int:
         raise TandemError("the queue length must be 0 or more")
     if opts.max_body is not None and not 0 < opts.max_body < 2**20:
         raise TandemError("the body limit (--max-body) must be a positive number of MiB")
+    if opts.parallel is not None and not 1 <= opts.parallel <= MAX_SEQUENCES:
+        raise TandemError(f"--parallel must be between 1 and {MAX_SEQUENCES}")
     choices = opts.choices
     speculative = not opts.baseline
     sockets: list[socket.socket] = []
+    said: list[str] = []
+
+    def sequences(ref: PairRef, options: LoadOptions) -> int:
+        n, why = parallel_sequences(ref, options, opts.parallel)
+        said.append(why)
+        return n
 
     def bind_first(ref: PairRef, config: GenerationConfig) -> None:
         sockets.append(bind(opts.host, opts.port))  # before loading: a port in use is found at once
@@ -112,6 +153,7 @@ def serve(opts: ServeOptions) -> int:
             speculative=speculative,
             raw_hint=False,
             before_load=bind_first,
+            sequences=sequences,
         ) as opened:
             pair, ref, sock = opened.pair, opened.ref, sockets[0]
             for note in opened.notes:
@@ -127,6 +169,7 @@ def serve(opts: ServeOptions) -> int:
                 host=opts.host,
                 allowed_hosts=tuple(opts.allow_host),
                 max_body=None if opts.max_body is None else int(opts.max_body * 2**20),
+                parallel=pair.target.options.n_seq,
             )
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
@@ -134,6 +177,8 @@ def serve(opts: ServeOptions) -> int:
             def ready() -> None:
                 how = drafted_by(pair, choices.drafter, speculative=speculative)
                 print(f"tandem serve: {name} ({how}) at http://{shown}:{port}/v1", file=sys.stderr)
+                for line in said:
+                    print(f"tandem serve: {line}", file=sys.stderr)
                 if not loopback_host(opts.host) and not opts.api_key:
                     print(
                         "tandem serve: warning: listening beyond this machine without --api-key: anyone "

@@ -14,6 +14,7 @@ from .config import (
     ADAPTIVE_K_MAX,
     DRAFT_MAX_LIMIT,
     FIXED_K,
+    MAX_SEQUENCES,
     MIN_CONTEXT,
     RPC_PORT_DEFAULT,
     DrafterChoice,
@@ -63,11 +64,17 @@ from .speedup import SpeedupMeter, with_speedup
 from .stats import DrafterStats, KindRounds, Tally
 
 if TYPE_CHECKING:
+    from .batch import BatchEngine, SeqRequest
     from .model import LoadedModel
     from .pair import ModelPair
 
 # Names whose modules load llama.cpp's bindings: imported on first use (PEP 562).
-_LAZY = {"LoadedModel": ".model", "ModelPair": ".pair"}
+_LAZY = {
+    "LoadedModel": ".model",
+    "ModelPair": ".pair",
+    "BatchEngine": ".batch",
+    "SeqRequest": ".batch",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -86,11 +93,13 @@ __all__ = [
     "AUTO_DRAFTER",
     "DRAFT_MAX_LIMIT",
     "FIXED_K",
+    "MAX_SEQUENCES",
     "MIN_CONTEXT",
     "REASONING",
     "RESERVED_VARIABLES",
     "RPC_PORT_DEFAULT",
     "AdaptivePolicy",
+    "BatchEngine",
     "ChatMessage",
     "ChatPrompt",
     "ChatTemplateError",
@@ -122,6 +131,7 @@ __all__ = [
     "ReasoningSplit",
     "RoundEvent",
     "SamplerSettings",
+    "SeqRequest",
     "SpeedupMeter",
     "StartEvent",
     "StopReason",

@@ -130,6 +130,8 @@ class LoadOptions:
     # Load a target's built-in draft heads (multi-token prediction, drafters/heads/mtp.py) when its GGUF has
     # them: one more decoder block's weights and a small context. Off: they stay on disk.
     load_mtp: bool = True
+    # Sequences the context holds (tandem serve --parallel; batch.py), each of n_ctx tokens.
+    n_seq: int = 1
 
     @property
     def flash_attn_type(self) -> int:
@@ -146,6 +148,8 @@ class LoadOptions:
             raise TandemError("CPU threads must be at least 1 (or left unset: chosen from the CPU count)")
         if self.n_batch < 1 or self.max_outputs < 1:
             raise TandemError("the batch size and the number of outputs must be at least 1")
+        if not 1 <= self.n_seq <= MAX_SEQUENCES:
+            raise TandemError(f"parallel sequences must be between 1 and {MAX_SEQUENCES}")
         if not 0 <= self.rs_snapshots <= DRAFT_MAX_LIMIT:
             raise TandemError(f"recurrent-state snapshots must be between 0 and {DRAFT_MAX_LIMIT}")
         for server in self.rpc_servers:
@@ -179,3 +183,5 @@ def check_rpc_server(endpoint: str) -> None:
 
 # Smaller contexts cannot hold a chat template's framing and an answer.
 MIN_CONTEXT = 64
+# The most parallel sequences one context holds (llama.cpp's own limit is 256).
+MAX_SEQUENCES = 64

@@ -9,22 +9,20 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from .answer import AnswerTracker
 from .config import GenerationConfig
 from .draft_policy import CostModel
 from .drafters import registry
 from .errors import ContextOverflowError, TandemError
-from .events import DoneEvent, Event, GenerationStats, Origin, PrefillEvent, StartEvent, StopReason
+from .events import Event, GenerationStats, PrefillEvent, StartEvent, StopReason
 from .model import GOVERNOR, LoadedModel
-from .reasoning import REASONING, ReasoningFormat, ReasoningSplitter
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
 from .speedup import SpeedupMeter, with_speedup
-from .stats import Tally
-from .text_stream import TokenStream
 
 
 class _Clock(Protocol):
@@ -125,13 +123,6 @@ def _drive(
             device=target.device_label,
             exact=target.exact,
         )
-        if config.reasoning is None:
-            stream = TokenStream(target.piece, config.stop, target.texts)
-        else:  # (its own text cache: a marker's control token has text here, none elsewhere)
-            stream = TokenStream(marker_pieces(target, config.reasoning.format), config.stop)
-        # A thinking model's output: each token is sorted into reasoning or answer as it is
-        # released (None: all of it is the answer, and the loop below is as without it).
-        splitter = ReasoningSplitter(config.reasoning) if config.reasoning is not None else None
         cancelled = cancel.is_set if cancel is not None else _never
 
         # Prefill: everything but the last prompt token, reusing whatever prefix is cached.
@@ -158,13 +149,9 @@ def _drive(
         yield PrefillEvent(len(prompt), prefilled, prefill_s)
 
         history = list(prompt)
-        generated = 0
-        # The counts (stats.py; the app's live panel counts with the same): the reasoning's
-        # share too, its tokens and accepted drafts as released, and the drafts and time of
-        # the rounds that started inside it.
-        tally = Tally(registry.names())
-        add_round = tally.add_round
-        sampler, max_tokens, eog = config.sampler, config.max_tokens, target.eog
+        answer = AnswerTracker(target, config, history)
+        tally = answer.tally
+        sampler, max_tokens = config.sampler, config.max_tokens
         # Time inside llama.cpp: the models' decodes, and the listeners' (heads') when they draft.
         clocks: list[_Clock] = [*models, *used]
         llama0 = sum(c.decode_seconds for c in clocks)
@@ -188,8 +175,8 @@ def _drive(
                 reason = "context_full"
                 break
             # K is clipped so a round never overshoots max tokens or the context.
-            budget = min(max_tokens - generated - 1, room)
-            in_reasoning = splitter is not None and splitter.in_reasoning
+            budget = min(max_tokens - answer.generated - 1, room)
+            in_reasoning = answer.in_reasoning
             t_round = time.perf_counter() if in_reasoning else 0.0
             if scheduler is None:
                 plan = PLAIN
@@ -202,62 +189,29 @@ def _drive(
             if scheduler is not None:
                 scheduler.observe(rnd)
             governor.observe(("target", rnd.drafted + 1), rnd.target_s)
-            # Accepted drafts, then the target's own token (asked once a round, not a token).
-            own = rnd.origin(rnd.accepted)
-            emitted = 0
-            for i, tok in enumerate(rnd.tokens):
-                history.append(tok)
-                if eog.get(tok) or (tok not in eog and target.is_eog(tok)):
-                    reason = "eog"
-                    break
-                emitted += 1
-                if splitter is None:
-                    yield from stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)
-                else:
-                    for ev in splitter.add_all(stream.add(tok, Origin.DRAFT if i < rnd.accepted else own)):
-                        if ev.part == REASONING:
-                            tally.add_reasoning_token(ev.origin is Origin.DRAFT)
-                        yield ev
-                if stream.stopped:
-                    reason = "stop_string"
-                    break
-            generated += emitted
-            if in_reasoning:
-                tally.add_reasoning_round(rnd.drafted, time.perf_counter() - t_round)
-            if emitted != rnd.emitted:
-                rnd.emitted = emitted  # the answer ended inside this round
-            add_round(rnd.drafter, rnd.drafted, rnd.accepted, emitted, rnd.draft_s, rnd.verify_s)
+            yield from answer.take(rnd, time.perf_counter() - t_round if in_reasoning else None)
+            reason = answer.reason
             now = time.perf_counter()
             rnd.wall_s, t_mark = now - t_mark, now
             if scheduler is not None:
                 if governor.changes != changes:
                     changes = governor.changes
                     meter.speed_changed()
-                meter.add(rnd.drafted, emitted, rnd.wall_s, timed=tally.rounds > 1)
+                meter.add(rnd.drafted, rnd.emitted, rnd.wall_s, timed=tally.rounds > 1)
             yield rnd
-            if reason is None and generated >= max_tokens:
-                reason = "max_tokens"
-        if splitter is None:
-            yield from stream.finish()
-        else:
-            for ev in [*splitter.add_all(stream.finish()), *splitter.finish()]:
-                if ev.part == REASONING:
-                    tally.add_reasoning_token(ev.origin is Origin.DRAFT)
-                yield ev
-        stats = tally.record(
+        if answer.reason is None:
+            answer.reason = reason
+        yield from answer.finish()
+        stats = answer.record(
             base,
             time.perf_counter() - t_start,
             llama_s=sum(c.decode_seconds for c in clocks) - llama0,
-            stop_reason=reason,
             threads=governor.level,
             threads_changed=governor.changes - changes0,
         )
         if scheduler is not None:
             stats = with_speedup(stats, meter)
-        if splitter is None:
-            yield DoneEvent(stats, stream.text)
-        else:
-            yield DoneEvent(stats, splitter.answer, splitter.reasoning)
+        yield answer.done(stats)
     finally:
         target.exact = False
         if lock is not None:
@@ -266,25 +220,3 @@ def _drive(
 
 def _never() -> bool:
     return False
-
-
-def marker_pieces(model: LoadedModel, fmt: ReasoningFormat) -> Callable[[int], bytes]:
-    """`model.piece`, except that a control token whose text is part of one of the format's
-    markers keeps its text: the output's text leaves control tokens out, but a thinking model's
-    markers may be control tokens (gpt-oss's `<|channel|>`, `<|message|>`, `<|end|>`), and the
-    splitter must see them to tell reasoning from answer. It removes them from both parts."""
-    found: dict[int, bytes] = {}
-
-    def piece(token: int) -> bytes:
-        data = model.piece(token)
-        if data:
-            return data
-        known = found.get(token)
-        if known is None:
-            text = model.token_text(token)
-            known = found[token] = (
-                text.encode("utf-8") if text and any(text in m.text for m in fmt.markers) else b""
-            )
-        return known
-
-    return piece

@@ -159,7 +159,8 @@ class LoadedModel(KvMirror, Vocabulary):
 
         self._init_mirror(_has_recurrent_state(self._model))
         self._init_vocabulary()
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        # The context of one sequence (with parallel sequences the cache holds n_seq of them).
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // opts.n_seq
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         # Time spent inside llama.cpp decoding: llama_decode, and until its outputs were read.
         self.decode_seconds = 0.0
@@ -204,8 +205,15 @@ class LoadedModel(KvMirror, Vocabulary):
         cparams.n_ctx = min(opts.n_ctx, train_ctx) if train_ctx > 0 else opts.n_ctx
         cparams.n_batch = opts.n_batch
         cparams.n_ubatch = opts.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = opts.n_seq
         cparams.n_outputs_max = opts.max_outputs
+        if opts.n_seq > 1:
+            # Parallel sequences (batch.py): one KV cache shared by all, so that a round of every
+            # sequence's rows is one micro-batch (with a stream per sequence llama.cpp splits a
+            # batch into equal shares per sequence); each has the context asked for.
+            cparams.kv_unified = True
+            cparams.n_ctx = cparams.n_ctx * opts.n_seq
+            cparams.n_outputs_max = min(opts.n_batch, opts.max_outputs * opts.n_seq)
         if _has_recurrent_state(model):
             # Snapshots of the last positions of each batch (llama.cpp clamps this to 0 for the
             # architectures it cannot roll back); with the position before them they must fit
@@ -354,7 +362,7 @@ class LoadedModel(KvMirror, Vocabulary):
     def kv_cache_bytes(self) -> int:
         """Bytes of this context's KV cache (F16 K and V for every layer and position), and of
         a recurrent model's state with the snapshots llama.cpp keeps of it."""
-        return kv_cache_bytes(self.info, self.n_ctx, self.snapshots)
+        return kv_cache_bytes(self.info, self.n_ctx, self.snapshots) * self.options.n_seq
 
     # ------------------------------------------------------------------ decoding
     def decode(
@@ -417,7 +425,14 @@ class LoadedModel(KvMirror, Vocabulary):
         return best
 
     def _may_sample_in_graph(self, n_gpu_layers: int) -> bool:
-        return self.options.greedy_in_graph and n_gpu_layers == 0
+        # (Parallel sequences read their rows from the logits: the sampler is per sequence.)
+        return self.options.greedy_in_graph and n_gpu_layers == 0 and self.options.n_seq == 1
+
+    def use_reference_kernels(self, on: bool) -> None:
+        """ggml's reference kernels for the next decodes, or not (exact output for a caller
+        driving the context itself: batch.py); a no-op where exactness is not possible."""
+        if self.exact_plan.possible and self._reference is not None:
+            self._reference.set(on)
 
     @property
     def device_label(self) -> str:

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from tandem import __version__
 from tandem.engine import (
+    BatchEngine,
     ChatPrompt,
     ChatTemplateError,
     ContextOverflowError,
@@ -48,6 +49,7 @@ from .errors import (
     validation_error_handler,
 )
 from .guards import BodyGuard, HostCheck, HostGuard
+from .parallel_slot import ParallelSlot
 from .prompts import PromptBuilds, StoppedBuilding
 from .schema import ChatCompletionRequest, CompletionRequest
 from .slot import ClientGone, Generation, Slot
@@ -74,6 +76,7 @@ class ServeSettings:
     max_body: int | None = None  # bytes; None: body_limit(context)
     read_timeout_s: float = 30.0  # for a request to arrive, headers and body (run.py)
     max_connections: int | None = None  # None: connection_limit(max_waiting) (run.py)
+    parallel: int = 1  # requests answered at once (--parallel; the models hold as many sequences)
 
 
 # A request body is refused past this many bytes per token of context, and never below the
@@ -87,8 +90,22 @@ def body_limit(context: int) -> int:
     return max(MIN_BODY_LIMIT, BODY_BYTES_PER_TOKEN * context)
 
 
+def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot | ParallelSlot:
+    """One request at a time, or `settings.parallel` in one batch (engine/batch.py) where the
+    pair can: a recurrent target keeps one (said in the log)."""
+    if settings.parallel > 1:
+        draft = pair.draft if settings.speculative else None
+        if draft is not None and draft.foreign_tokenizer:
+            draft = None  # (drafting across tokenizers runs one sequence: batch.py)
+        try:
+            return ParallelSlot(pair, BatchEngine(pair.target, draft), settings.max_waiting)
+        except TandemError as exc:
+            log.warning("%s; answering one request at a time", exc)
+    return Slot(pair, settings.max_waiting)
+
+
 def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
-    slot = Slot(pair, settings.max_waiting)
+    slot = make_slot(pair, settings)
     told: set[str] = set()  # notes logged once per server
     prompts = PromptBuilds()
     _ = pair.special_tokens.longest  # read once now, rather than by the first request
@@ -215,7 +232,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             choices = replace(choices, max_tokens=pair.context_size)
         config = replace(generation_config(choices, settings.spec), reasoning=reasoning)
         try:  # refused now, not after waiting for the pair: the engine's own checks
-            pair.check_request(prompt, config, speculative=settings.speculative)
+            config = slot.prepare(prompt, config, speculative=settings.speculative)
         except ContextOverflowError as exc:
             param = "messages" if kind == "chat" else "prompt"
             raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None

@@ -134,6 +134,14 @@ class Slot:
         finally:
             watch.cancel()
 
+    def prepare(
+        self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool
+    ) -> GenerationConfig:
+        """Refuse now what the engine would refuse (TandemError; ContextOverflowError for a prompt
+        that does not fit), before waiting for the pair; the config to start with."""
+        self.pair.check_request(prompt, config, speculative=speculative)
+        return config
+
     def start(
         self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
     ) -> Generation:

@@ -12,11 +12,11 @@ loaded, the notes to show.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tandem.engine.config import DrafterChoice, GenerationConfig
+from tandem.engine.config import DrafterChoice, GenerationConfig, LoadOptions
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
 from tandem.engine.errors import TandemError
@@ -127,6 +127,7 @@ def open_pair(
     raw: bool = False,
     raw_hint: bool = True,
     before_load: Callable[[PairRef, GenerationConfig], None] | None = None,
+    sequences: Callable[[PairRef, LoadOptions], int] | None = None,
 ) -> OpenPair:
     """The setup every command-line front-end shares: the choices checked, the pair resolved
     (downloaded through `fetch`, checked by the preflight) for drafting with `drafters` (one
@@ -134,7 +135,8 @@ def open_pair(
     asked for and not possible, the models loaded, and the notes to show. `before_load` runs
     just before loading, with the pair and its config (the server binds its socket there, the
     bench reads its settings). `raw`: the text goes in as written, so a missing chat template
-    is no news; `raw_hint`: the front-end has --raw to suggest."""
+    is no news; `raw_hint`: the front-end has --raw to suggest. `sequences`: how many sequences
+    the models' contexts hold (the server's --parallel), decided from the pair and its options."""
     choices.validate()
     ref = resolve_pair(
         request, DraftNeeds.of(drafters or [choices.drafter], speculative=speculative), fetch=fetch
@@ -142,7 +144,10 @@ def open_pair(
     config = generation_config(choices, ref.spec)
     if before_load is not None:
         before_load(ref, config)
-    pair = load_pair(ref, load_options(choices, ref.spec))
+    options = load_options(choices, ref.spec)
+    if sequences is not None:
+        options = replace(options, n_seq=sequences(ref, options))
+    pair = load_pair(ref, options)
     try:
         pair.exact_config(config)  # (--exact where the target cannot give it: refused now, once)
         notes = [*pair_notes(pair, raw=raw, raw_hint=raw_hint), *found_notes(ref, pair)]

@@ -1,0 +1,171 @@
+"""Several sequences in one llama.cpp context: one batch for all of them, a KV mirror each.
+
+A model loaded with `LoadOptions.n_seq > 1` holds that many sequences in one KV cache (unified:
+a round of every sequence's rows is one micro-batch). `SeqContext` fills a batch from pieces,
+each a run of one sequence's tokens at its next positions with or without output rows, decodes
+it in one `llama_decode`, and hands back each piece's logits rows; it mirrors which tokens each
+sequence's cache holds and cuts a sequence back after a rejection (llama_memory_seq_rm).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ContextOverflowError, GenerationError
+from .llama_lib import llama_cpp
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
+
+_lib = llama_cpp._lib
+_llama_get_logits = _lib["llama_get_logits"]
+_llama_get_logits.restype = ctypes.c_void_p
+_llama_get_logits.argtypes = [ctypes.c_void_p]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A run of one sequence's tokens for the next batch; `outputs`: rows wanted for all of them
+    (a verify), for the last one (a draft step), or none (a prompt's chunk)."""
+
+    seq: int
+    tokens: Sequence[int]
+    outputs: str  # "all", "last" or "none"
+
+
+class SeqContext:
+    """The sequences of one loaded model (its context made with n_seq sequences). Not
+    thread-safe: the batched loop drives it."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self.n_seq = model.options.n_seq
+        self.n_ctx = model.n_ctx  # per sequence
+        self.capacity = model.n_batch  # tokens per decode (one micro-batch)
+        self.max_rows = min(model.n_batch, model.options.max_outputs * self.n_seq)
+        self.cached: list[list[int]] = [[] for _ in range(self.n_seq)]
+        self.decode_seconds = 0.0
+        self._mem = llama_cpp.llama_get_memory(model.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.capacity,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.capacity,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self.capacity,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.capacity,))[:] = 1
+        self._seq_ids = b.seq_id
+        self._view_address: int | None = None
+        self._view: npt.NDArray[np.float32] = np.zeros((0, model.n_vocab), dtype=np.float32)
+        for seq in range(self.n_seq):  # (a context reused after a single-sequence run)
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+
+    def keep(self, seq: int, n: int) -> None:
+        """Keep the first n cached tokens of `seq`."""
+        if n < len(self.cached[seq]):
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1)
+            del self.cached[seq][n:]
+
+    def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
+        cached = self.cached[seq]
+        n = min(len(cached), len(tokens))
+        i = 0
+        while i < n and cached[i] == tokens[i]:
+            i += 1
+        return i
+
+    def prefill(self, pieces: Sequence[Piece]) -> None:
+        """Decode pieces without outputs, in as many decodes as the micro-batch needs."""
+        group: list[Piece] = []
+        room = self.capacity
+        for piece in pieces:
+            tokens = list(piece.tokens)
+            while tokens:
+                m = min(room, len(tokens))
+                group.append(Piece(piece.seq, tokens[:m], "none"))
+                tokens = tokens[m:]
+                room -= m
+                if room == 0:
+                    self.decode(group)
+                    group, room = [], self.capacity
+        if group:
+            self.decode(group)
+
+    def decode(self, pieces: Sequence[Piece]) -> list[npt.NDArray[np.float32] | None]:
+        """Decode every piece in ONE llama_decode; each piece's logits rows (a view valid until
+        the next decode), None for a piece without outputs. The caller keeps the batch within
+        `capacity` tokens and `max_rows` outputs."""
+        b = self._batch
+        n = sum(len(p.tokens) for p in pieces)
+        rows = sum(len(p.tokens) if p.outputs == "all" else p.outputs == "last" for p in pieces)
+        if n > self.capacity or rows > self.max_rows:
+            raise ValueError(f"a batch of {n} tokens and {rows} rows is past this context's limits")
+        n = rows = 0
+        spans: list[tuple[int, int] | None] = []
+        for piece in pieces:
+            m = len(piece.tokens)
+            cached = self.cached[piece.seq]
+            if len(cached) + m > self.n_ctx:
+                raise ContextOverflowError(f"sequence {piece.seq} of the {self.model.role} is full")
+            p0 = len(cached)
+            self._tok[n : n + m] = piece.tokens
+            self._pos[n : n + m] = np.arange(p0, p0 + m, dtype=np.int32)
+            seq_ids = self._seq_ids
+            for i in range(n, n + m):
+                seq_ids[i][0] = piece.seq
+            if piece.outputs == "all":
+                self._out[n : n + m] = 1
+                spans.append((rows, rows + m))
+                rows += m
+            elif piece.outputs == "last":
+                self._out[n : n + m - 1] = 0
+                self._out[n + m - 1] = 1
+                spans.append((rows, rows + 1))
+                rows += 1
+            else:
+                self._out[n : n + m] = 0
+                spans.append(None)
+            n += m
+        b.n_tokens = n
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.model.ctx, b)
+        if rc != 0:
+            llama_cpp.llama_synchronize(self.model.ctx)
+            self.decode_seconds += time.perf_counter() - t0
+            # Whatever llama.cpp kept of a failed batch is unknown: the sequences start over.
+            for seq in {p.seq for p in pieces}:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
+                self.cached[seq] = []
+            if rc == 1:
+                raise ContextOverflowError(
+                    f"the {self.model.role}'s KV cache has no room for {n} more tokens of parallel sequences"
+                )
+            raise GenerationError(f"llama.cpp failed to decode on the {self.model.role} (code {rc})")
+        for piece in pieces:
+            self.cached[piece.seq].extend(piece.tokens)
+        if rows == 0:
+            llama_cpp.llama_synchronize(self.model.ctx)
+            self.decode_seconds += time.perf_counter() - t0
+            return [None] * len(pieces)
+        view = self._rows(rows)  # (its getter waits for the computation)
+        self.decode_seconds += time.perf_counter() - t0
+        return [None if span is None else view[span[0] : span[1]] for span in spans]
+
+    def _rows(self, rows: int) -> npt.NDArray[np.float32]:
+        address = _llama_get_logits(self.model.ctx)
+        if address != self._view_address:
+            size = self.max_rows * self.model.n_vocab
+            buffer = (ctypes.c_float * size).from_address(address)
+            self._view = np.ctypeslib.as_array(buffer).reshape(self.max_rows, self.model.n_vocab)
+            self._view_address = address
+        return self._view[:rows]

@@ -1,0 +1,62 @@
+"""`tandem serve --parallel N`: several clients answered at once in one batch (engine/batch.py),
+each getting the answer it gets alone; more than N wait their turn; what a parallel sequence
+cannot do is a 400 with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+
+from serve_helpers import request, serving, wait_idle
+from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+from tandem.session.collect import collect
+from tandem.session.prompts import chat_prompt, messages_for
+
+QUESTIONS = [f"Name {i + 2} animals that live in the sea, and say one thing about each." for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def pair4(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
+    pair = ModelPair.load(smollm2_f16, smollm2_q4_1, LoadOptions(n_ctx=1024, n_seq=4))
+    yield pair
+    pair.close()
+
+
+def test_six_clients_on_four_sequences_get_the_target_s_answers(
+    pair4: ModelPair, smollm2_pair: ModelPair
+) -> None:
+    want = {
+        q: collect(
+            smollm2_pair.generate(
+                chat_prompt(smollm2_pair, messages_for(q)), GenerationConfig(max_tokens=24), speculative=False
+            )
+        ).text
+        for q in QUESTIONS
+    }
+    with serving(pair4, parallel=4) as served:
+        c = openai.OpenAI(base_url=served.v1, api_key="x", max_retries=0)
+
+        def ask(q: str) -> str:
+            stream = c.chat.completions.create(
+                model="test-pair", messages=[{"role": "user", "content": q}], max_tokens=24, stream=True
+            )
+            return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+
+        with ThreadPoolExecutor(6) as pool:
+            got = dict(zip(QUESTIONS, pool.map(ask, QUESTIONS), strict=True))
+        assert got == want
+        wait_idle(served)
+        status, health = request(served, "GET", "/health")
+        assert status == 200 and health["answers"].get("max_tokens", 0) + health["answers"].get("eog", 0) == 6
+        # What a parallel sequence cannot do: one sentence, a 400.
+        status, body = request(
+            served,
+            "POST",
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "exact": True, "max_tokens": 4},
+        )
+        assert status == 400 and "parallel sequences" in body["error"]["message"]
