@@ -30,9 +30,9 @@ Pairs: smollm2 (SmolLM2-135M F16 drafted by its Q4_1), qwen (Qwen2.5-Coder 1.5B 
 order reversed on odd runs, so drift hits all alike) is started alone for its N (one server
 process at a time), warmed up with one short request (not counted), measured, then stopped:
 
-* tandem: `tandem serve --target T --draft D --parallel N --threads 2 --ctx 2048` (each sequence's)
-  (without --parallel, with a warning, where this tandem does not know the flag: its requests
-  are then answered one at a time);
+* tandem: `tandem serve --target T --draft D --threads 2 --ctx 2048` as a user starts it (up to
+  8 requests at once, each with a 2048-token context; `--tandem-parallel n` adds --parallel N;
+  a tandem that predates --parallel is run without it, with a warning);
 * tandem-baseline: the same with --baseline (the target alone);
 * llama: llama.cpp's llama-server (scripts/llama_tools.py builds it), -np N slots of --slot-ctx
   tokens each (-c N * 2048 --no-kv-unified), -t 2 -tb 2, --no-webui;
@@ -248,7 +248,7 @@ def _stop(server: Running) -> None:
 
 
 def _start_tandem(
-    name: str, target: Path, draft: Path | None, clients: int, threads: int, ctx: int
+    name: str, target: Path, draft: Path | None, clients: int | None, threads: int, ctx: int
 ) -> Running:
     """`tandem serve` on a free port (printed on its stderr, which a thread keeps draining)."""
     global _tandem_parallel
@@ -257,7 +257,8 @@ def _start_tandem(
     base += ["--threads", str(threads), "--ctx", str(ctx), "--port", "0"]
     while True:
         parallel = _tandem_parallel is not False
-        cmd = [*base, *(["--parallel", str(clients)] if parallel else [])]
+        # clients None: tandem's own default (as many at once as memory holds, at most 8).
+        cmd = [*base, *(["--parallel", str(clients)] if parallel and clients is not None else [])]
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -452,7 +453,20 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _measure(port: int, clients: int, requests: int, n: int) -> dict[str, Any]:
+def bench_prompts() -> list[str]:
+    """The benchmark's standard set (assets/bench: chat, code, maths, qa, summarization,
+    translation; five each), interleaved by category so that consecutive requests differ."""
+    from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts
+
+    found = load_prompts(sorted(DEFAULT_PROMPTS.glob("*.jsonl")))
+    by: dict[str, list[str]] = {}
+    for p in found:
+        by.setdefault(p.category, []).append(p.text)
+    rows = zip(*by.values(), strict=False)
+    return [text for row in rows for text in row]
+
+
+def _measure(port: int, clients: int, requests: int, n: int, prompts: list[str]) -> dict[str, Any]:
     """N client threads released together by a barrier, each sending its requests in turn."""
     results: list[list[dict[str, Any]]] = [[] for _ in range(clients)]
     released: list[float] = []
@@ -461,10 +475,10 @@ def _measure(port: int, clients: int, requests: int, n: int) -> dict[str, Any]:
     def client(c: int) -> None:
         barrier.wait()
         for r in range(requests):
-            index = (c + r) % len(PROMPTS)
+            index = (c * requests + r) % len(prompts)
             record: dict[str, Any] = {"client": c, "request": r, "prompt": index}
             try:
-                record.update(_request(port, PROMPTS[index], n))
+                record.update(_request(port, prompts[index], n))
             except Exception as e:
                 record["error"] = f"{type(e).__name__}: {e}"
                 record["end"] = time.perf_counter()
@@ -624,6 +638,18 @@ def clients_main(argv: list[str]) -> None:
     parser.add_argument("--requests", type=int, default=2, help="requests per client, one after another")
     parser.add_argument("--servers", type=_name_list(SERVERS), default=list(SERVERS))
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every server")
+    parser.add_argument(
+        "--prompts",
+        choices=("four", "bench"),
+        default="four",
+        help="four: the four long-answer prompts above; bench: the benchmark's 30 (six categories)",
+    )
+    parser.add_argument(
+        "--tandem-parallel",
+        choices=("default", "n"),
+        default="default",
+        help="default: tandem serve as started without --parallel (up to 8 at once); n: --parallel N",
+    )
     parser.add_argument("--slot-ctx", type=int, default=2048, help="context per client (llama-server's slot)")
     parser.add_argument("--llama-draft-max", type=int, default=8, help="llama-md's --spec-draft-n-max")
     parser.add_argument("--json", type=Path, help="write every measurement and the medians here")
@@ -645,6 +671,8 @@ def clients_main(argv: list[str]) -> None:
         except Exception as e:
             llama_error = f"llama-server could not be built: {type(e).__name__}: {e}"
             print(llama_error, flush=True)
+    prompts = PROMPTS if args.prompts == "four" else bench_prompts()
+    report["prompts"] = prompts
     for pair in args.pair:
         target, draft = _pair_models(pair)
         entry: dict[str, Any] = {"target": str(target), "draft": str(draft), "measurements": []}
@@ -666,7 +694,8 @@ def clients_main(argv: list[str]) -> None:
                                 else max(4096, n * args.slot_ctx)
                             )
                             dr = draft if name == "tandem" else None
-                            server = _start_tandem(name, target, dr, n, args.threads, ctx)
+                            asked = n if args.tandem_parallel == "n" else None
+                            server = _start_tandem(name, target, dr, asked, args.threads, ctx)
                         else:
                             if llama_binary is None:
                                 raise ServerFailed(llama_error)
@@ -687,7 +716,7 @@ def clients_main(argv: list[str]) -> None:
                             _request(server.port, "Hello", 8)  # warm-up: not counted
                         except Exception as e:
                             print(f"{where}: the warm-up request failed: {e}", flush=True)
-                        m.update(_measure(server.port, n, args.requests, args.n))
+                        m.update(_measure(server.port, n, args.requests, args.n, prompts))
                     except Exception as e:
                         m["errors"] = [f"the measurement failed: {type(e).__name__}: {e}"]
                     finally:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
+import model_files
+import tandem.engine.batch as batch_module  # where a sequence's verification lives
+from sampling_law import chi_square_p, exact_joint
 from tandem.engine import (
     BatchEngine,
     DoneEvent,
@@ -220,3 +224,69 @@ def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: B
     with pytest.raises(TandemError, match="exact output is not possible"):
         engine.check(GenerationConfig(exact=True), True)  # (an F16 target: never exact)
     assert engine.check(GenerationConfig(), True).exact is False
+
+
+@pytest.fixture(scope="module")
+def tiny_parallel(tiny_target: Path) -> Iterator[BatchEngine]:
+    """The sampling test's pair (a draft accepted about a third of the time at temperature 1,
+    top-k 4: accepts, rejections and bonus tokens all occur) with 4 sequences."""
+    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+    pair = ModelPair.load(tiny_target, draft, LoadOptions(n_ctx=256, n_seq=4, n_threads=1))
+    eng = BatchEngine(pair.target, pair.draft)
+    thread = threading.Thread(target=eng.run, daemon=True)
+    thread.start()
+    yield eng
+    eng.stop()
+    thread.join(30)
+    eng.close()
+    pair.close()
+
+
+def law_p(engine: BatchEngine, pair: ModelPair, waves: int = 600) -> tuple[float, float]:
+    """Four sampled requests at once, `waves` times, each with its own seed, the draft model
+    drafting K = 2 for all in one batch: the chi-square p-value of their three tokens against
+    the target alone's exact law, and the share of drafts accepted."""
+    settings = SamplerSettings(temperature=1.0, top_k=4, top_p=1.0, min_p=0.0)
+    prompt = pair.raw_prompt("Once upon a time")
+    joint = exact_joint(pair, prompt, settings, 3)
+    counts: Counter[tuple[int, ...]] = Counter()
+    drafted = accepted = 0
+    for wave in range(waves):
+        asks = [
+            Asked(
+                prompt,
+                GenerationConfig(
+                    max_tokens=3,
+                    drafter=MODEL,
+                    draft_max=2,
+                    adaptive=False,
+                    sampler=replace(settings, seed=wave * 4 + i),
+                ),
+            )
+            for i in range(4)
+        ]
+        for a in run(engine, asks):
+            assert len(a.tokens) == 3 and a.done is not None
+            counts[tuple(a.tokens)] += 1
+            drafted += a.done.stats.drafted
+            accepted += a.done.stats.accepted
+    return chi_square_p(joint, counts), accepted / drafted
+
+
+def test_the_sampling_law_holds_for_each_sequence_of_a_batch(
+    tiny_parallel: BatchEngine, sampling_pair: ModelPair
+) -> None:
+    """The three tokens each of 2,400 requests gets follow the target alone's law, as one
+    sequence's do (test_sampling_lossless.py); rejections and acceptances both occur."""
+    p, rate = law_p(tiny_parallel, sampling_pair)
+    assert 0.15 < rate < 0.85
+    assert p > 1e-3, p
+
+
+def test_the_law_test_catches_a_broken_verification(
+    tiny_parallel: BatchEngine, sampling_pair: ModelPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every draft accepted (verification skipped) the same test fails."""
+    monkeypatch.setattr(batch_module, "accept_draft", lambda p, q, token, rng: True)
+    p, _ = law_p(tiny_parallel, sampling_pair)
+    assert p < 1e-3, p

@@ -51,7 +51,8 @@ def test_six_clients_on_four_sequences_get_the_target_s_answers(
         assert got == want
         wait_idle(served)
         status, health = request(served, "GET", "/health")
-        assert status == 200 and health["answers"].get("max_tokens", 0) + health["answers"].get("eog", 0) == 6
+        assert status == 200 and health["parallel"] == 4
+        assert health["answers"].get("max_tokens", 0) + health["answers"].get("eog", 0) == 6
         # What a parallel sequence cannot do: one sentence, a 400.
         status, body = request(
             served,
@@ -60,3 +61,24 @@ def test_six_clients_on_four_sequences_get_the_target_s_answers(
             {"messages": [{"role": "user", "content": "hi"}], "exact": True, "max_tokens": 4},
         )
         assert status == 400 and "parallel sequences" in body["error"]["message"]
+
+
+def test_past_the_sequences_and_the_queue_a_429_says_so(pair4: ModelPair) -> None:
+    with serving(pair4, parallel=4, max_waiting=1) as served:
+        c = openai.OpenAI(base_url=served.v1, api_key="x", max_retries=0)
+
+        def ask(q: str) -> str:
+            try:
+                c.chat.completions.create(
+                    model="test-pair", messages=[{"role": "user", "content": q}], max_tokens=160
+                )
+            except openai.RateLimitError as exc:
+                return f"429: {exc.message}"
+            return "ok"
+
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(ask, QUESTIONS + QUESTIONS[:2]))
+        refused = [g for g in got if g.startswith("429")]
+        assert got.count("ok") >= 5 and refused  # 4 running, 1 waiting; the rest told to retry
+        assert all("4 requests are being answered" in g for g in refused)
+        wait_idle(served)

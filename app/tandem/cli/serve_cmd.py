@@ -15,7 +15,7 @@ from tandem.cli.options import (
     add_think_option,
     serve_options,
 )
-from tandem.engine import MAX_SEQUENCES, GenerationConfig, LoadOptions, TandemError
+from tandem.engine import MAX_SEQUENCES, GenerationConfig, LoadOptions, TandemError, read_gguf, state_kind
 from tandem.session.drafting import drafted_by
 from tandem.session.pairs import open_pair
 from tandem.session.refs import PairRef
@@ -99,8 +99,9 @@ def model_id(ref: PairRef) -> str:
 
 def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) -> tuple[int, str]:
     """How many requests to answer at once, and the sentence that says so: as asked when memory
-    holds them (else a TandemError saying how many it holds), else as many as it holds up to
-    PARALLEL_DEFAULT_MAX."""
+    holds them (else a TandemError saying how many it holds); by default as many as it holds up
+    to PARALLEL_DEFAULT_MAX, or one where the pair's drafting or state runs one sequence only (its
+    own heads, a trained drafter found beside it, a recurrent or hybrid target)."""
     from tandem.catalog.fit import sequences_fit
 
     fit, where = sequences_fit(ref.target, ref.draft, options.n_ctx)
@@ -114,6 +115,18 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
         n = asked
         why = f"up to {n} requests at once ({each}; --parallel)"
     else:
+        info = read_gguf(ref.target)
+        single = (
+            "its state is recurrent"
+            if state_kind(info.architecture) != "attention"
+            else "it drafts with its own heads"
+            if info.mtp_layers
+            else "it drafts with the drafter found beside it"
+            if ref.companions
+            else None
+        )
+        if single is not None:
+            return 1, f"one request at a time: {single}, one sequence at a time (--parallel N for several)"
         n = max(1, min(PARALLEL_DEFAULT_MAX, fit))
         why = f"up to {n} requests at once ({each}; memory holds {fit}; --parallel N to choose)"
     return n, why if n > 1 else "one request at a time (--parallel 1)"

@@ -38,13 +38,13 @@ import numpy.typing as npt
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Want
 from .config import GenerationConfig
-from .drafters import draw
+from .drafters import draw, registry
 from .drafters.lookup import KIND as LOOKUP
 from .drafters.lookup import LookupDrafter
 from .drafters.model import KIND as MODEL
 from .drafters.registry import AUTO
 from .errors import TandemError
-from .events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent
+from .events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
 from .model import GOVERNOR, LoadedModel
 from .sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
 from .sequences import Piece, SeqContext
@@ -58,7 +58,7 @@ PREFILL_CHUNK = 128
 # the others go on).
 MAX_UNREAD = 64
 # Acceptance per draft before a sequence has drafted (then an average over its rounds).
-ALPHA_PRIOR = {MODEL: 0.6, LOOKUP: 0.5}
+ALPHA_PRIOR = {MODEL: 0.5, LOOKUP: 0.4}
 ALPHA_KEEP = 0.9  # the weight an acceptance estimate keeps per round drafted
 
 
@@ -129,7 +129,11 @@ class BatchEngine:
         self._active: dict[int, _Seq] = {}
         self._free = list(range(self.n_seq))
         self._stopped = False
-        self._exact_rows = target.exact_plan.rows if target.exact_plan.possible else 0
+
+    @staticmethod
+    def left_out(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
+        """The kinds this pair drafts with that a parallel sequence does not."""
+        return [s.name for s in registry.available(target, draft) if s.name not in PARALLEL_KINDS]
 
     # ------------------------------------------------------------------ requests
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
@@ -143,17 +147,19 @@ class BatchEngine:
             raise TandemError("this server has no draft model: ask for drafter {LOOKUP!r} or {AUTO!r}")
         if config.exact is False:
             return config
-        # Exact output holds at any batch only where no row depends on its batch (exact.py):
-        # a cap on the verify's rows (repacked weights) cannot be kept with several sequences.
-        if self._exact_rows is not None:
-            if config.exact:
-                why = self.target.exact_plan.why_not or (
-                    "its weights are repacked for this CPU, which keeps a row exact only in a batch "
-                    f"of {self._exact_rows} rows"
-                )
-                raise TandemError(f"exact output is not possible with parallel sequences: {why}")
-            return replace(config, exact=False)
-        return replace(config, exact=True)
+        plan = self.target.exact_plan
+        # Exact output holds at any batch only where no row depends on its batch (exact.py); a
+        # cap on the verify's rows (repacked weights) holds with one sequence, capping its K.
+        if plan.possible and (plan.rows is None or self.n_seq == 1):
+            k = plan.k_max(config.k_max)
+            return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
+        if config.exact:
+            why = plan.why_not or (
+                "its weights are repacked for this CPU, which keeps a row exact only in a batch of "
+                f"{plan.rows} rows"
+            )
+            raise TandemError(f"exact output is not possible with parallel sequences: {why}")
+        return replace(config, exact=False)
 
     def submit(self, req: SeqRequest) -> None:
         with self._wake:
@@ -175,8 +181,46 @@ class BatchEngine:
             self.d_ctx.close()
 
     # ------------------------------------------------------------------ the loop
+    def calibrate(self) -> None:
+        """Time each model's decodes at the sizes rounds use (verifies of 1 to 48 rows, one row
+        per sequence and the rest on the first, as a round with drafts has them; draft steps and
+        catch-ups of 1 to 64 tokens) so that the first rounds are planned on this machine's
+        costs, not on priors: a draft model's catch-up of a prompt can cost more than the
+        answer's first tokens (SmolLM2 Q4_1 on a 2-core CPU: 2 ms a token), and a kernel's step
+        up can make one more row cost 5 ms. Runs in the free sequences, left empty."""
+        seqs = list(self._free)
+        tokens = [t % self.target.n_vocab for t in range(1000, 1080)]
+        for ctx, table, sizes, rows in (
+            (self.t_ctx, self.costs.verify, (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48), "all"),
+            (self.d_ctx, self.costs.draft, (1, 2, 3, 4, 6, 8, 16, 32, 64), "last"),
+        ):
+            if ctx is None:
+                continue
+            for seq in seqs:
+                ctx.keep(seq, 0)
+            # A short context in each sequence (the first decode also pays the page-ins).
+            ctx.prefill([Piece(seq, tokens[:8], "none") for seq in seqs])
+            for n in sizes:
+                if (n > ctx.max_rows and rows == "all") or n > ctx.capacity:
+                    continue
+                # A verify: one row in each of m sequences, the rest on the first; a draft step
+                # or catch-up: one sequence (a step across sequences is as many tokens).
+                m = min(n, len(seqs)) if rows == "all" else 1
+                counts = [n - m + 1] + [1] * (m - 1)
+                pieces = [Piece(seq, tokens[8 : 8 + c], rows) for seq, c in zip(seqs, counts, strict=False)]
+                for _ in range(2):
+                    t0 = time.perf_counter()
+                    ctx.decode(pieces)
+                    table.add(n, time.perf_counter() - t0)
+                    for p in pieces:
+                        ctx.keep(p.seq, 8)
+            for seq in seqs:
+                ctx.keep(seq, 0)
+
     def run(self) -> None:
         """Rounds until stopped; cancelled and waiting requests are ended when it stops."""
+        with contextlib.suppress(Exception):  # (a failure here leaves the priors: no harm)
+            self.calibrate()
         while True:
             with self._wake:
                 while not self._stopped and not self._inbox and not self._active:
@@ -303,13 +347,14 @@ class BatchEngine:
             if n > 0:
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at : s.prefill_at + n], "none"))
                 room -= n
-        if self._exact_rows is None:
-            self.target.use_reference_kernels(any(s.req.config.exact for s in decoding))
+        # (Exact output where check() allowed it: the reference kernels for the rows read.)
+        self.target.use_reference_kernels(any(s.req.config.exact for s in decoding))
         t1 = time.perf_counter()
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
         n_tokens = sum(len(p.tokens) for p in pieces) + sum(len(c.tokens) for c in chunks)
-        self.costs.verify.add(n_tokens, t2 - t1)
+        if not chunks:  # (a prompt's tokens cost less than rows read: the table is of rows)
+            self.costs.verify.add(n_tokens, t2 - t1)
         GOVERNOR.observe(("target", n_tokens), t2 - t1)
         for c in chunks:
             s = self._active[c.seq]
@@ -472,13 +517,13 @@ class BatchEngine:
         if s.answer.reason is not None:
             self._end(s, s.answer.reason, now)
 
-    def _end(self, s: _Seq, reason: str, now: float | None = None) -> None:
+    def _end(self, s: _Seq, reason: StopReason, now: float | None = None) -> None:
         """The sequence's answer ends: its last events, and its sequence is free (its cache
         kept for a next request that shares its prefix)."""
         self._release(s)
         answer = s.answer
         if answer.reason is None:
-            answer.reason = reason  # type: ignore[assignment]
+            answer.reason = reason
         events = answer.finish()
         end = now if now is not None else time.perf_counter()
         stats = answer.record(

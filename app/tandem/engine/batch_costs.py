@@ -3,70 +3,64 @@
 With one sequence a verify of K + 1 rows costs little more than one step, which is what makes
 drafting pay. With many, the batch is already wide: its cost grows with every row added, and
 a draft is worth its rows only while the tokens it is expected to add outweigh them. So the
-costs are learnt as functions of the whole batch:
+costs are measured as functions of the whole batch (CostTable: seconds by tokens, measured at
+start by BatchEngine.calibrate and kept up to date by the rounds):
 
-* a verify (one llama_decode of every sequence's rows, prompt chunks included): seconds =
-  a + b · tokens, fitted by recency-weighted least squares over the rounds;
-* a draft model's step (one decode of the sequences still drafting): a + b · tokens, its
-  first step carrying each sequence's catch-up (what the draft model has not read yet).
+* a verify: one llama_decode of every sequence's rows;
+* a draft model's step: one decode of the sequences still drafting, its first step carrying
+  each sequence's catch-up (what the draft model has not read yet).
 
 `choose` gives each sequence its K to maximise the round's expected tokens per second: every
 sequence starts at 0 and the increment that raises the rate most is taken until none does (a
-sequence's n-th draft adds α^n expected tokens; it costs b verify seconds and its tokens in
-the draft step, plus the step's own cost when it is the first to draft that deep). A draft that
-does not pay alone is still taken when the run it starts does (a model's catch-up is paid once).
+sequence's n-th draft adds α^n expected tokens; it costs what one more row adds to the verify
+and its tokens add to that draft step). A draft that does not pay alone is still taken when the
+run it starts does (a model's catch-up is paid once, a kernel's step up is crossed once).
 With enough sequences no increment pays, and the round is plain batched decoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
+# How much better than the round's own rate a draft's tokens per second must be to be taken.
+MARGIN = 1.5
 
-class LinearFit:
-    """y ≈ a + b·x, least squares with older points weighing less (`keep`: the weight left to
-    a point after one more), from a prior pseudo-point pair until points come in."""
 
-    def __init__(self, a: float, b: float, keep: float = 0.98) -> None:
+class CostTable:
+    """Seconds of a decode by its tokens: a recent average per size seen, interpolated between
+    sizes and extended along the last two beyond them. Not a line: on a CPU the kernels change
+    with the batch (SmolLM2 F16 with 4 sequences cached: 1 row 8.2 ms, 2 rows 12.3, 4 13.6, 5
+    14.1, 8 21.0, 16 25.5), and a line through them prices the next row wrongly by 3x."""
+
+    def __init__(self, step_s: float, per_token_s: float, keep: float = 0.7) -> None:
         self.keep = keep
-        # The prior: two points on the line, weighing one point between them.
-        self._w = self._x = self._y = self._xx = self._xy = 0.0
-        self._add(1.0, a + b, 0.5)
-        self._add(9.0, a + 9 * b, 0.5)
-        self.points = 0
+        self._prior = (step_s, per_token_s)
+        self._seen: dict[int, float] = {}
 
-    def _add(self, x: float, y: float, w: float) -> None:
-        self._w += w
-        self._x += w * x
-        self._y += w * y
-        self._xx += w * x * x
-        self._xy += w * x * y
+    def add(self, n: int, seconds: float) -> None:
+        old = self._seen.get(n)
+        self._seen[n] = seconds if old is None else self.keep * old + (1 - self.keep) * seconds
 
-    def add(self, x: float, y: float) -> None:
-        k = self.keep
-        self._w, self._x, self._y, self._xx, self._xy = (
-            self._w * k,
-            self._x * k,
-            self._y * k,
-            self._xx * k,
-            self._xy * k,
-        )
-        self._add(x, y, 1.0)
-        self.points += 1
-
-    def line(self) -> tuple[float, float]:
-        """(a, b): b never below 0 and a never below 0 (costs do not fall with more work)."""
-        w, sx, sy = self._w, self._x, self._y
-        var = self._xx - sx * sx / w
-        b = (self._xy - sx * sy / w) / var if var > 1e-12 else 0.0
-        b = max(0.0, b)
-        a = max(0.0, (sy - b * sx) / w)
-        return a, b
-
-    def at(self, x: float) -> float:
-        a, b = self.line()
-        return a + b * x
+    def at(self, n: float) -> float:
+        seen = self._seen
+        if not seen:
+            return self._prior[0] + self._prior[1] * (n - 1)
+        if n in seen:
+            return seen[int(n)]
+        sizes = sorted(seen)
+        if n < sizes[0]:
+            return seen[sizes[0]] * max(n, 1) / sizes[0] if sizes[0] > 1 else seen[sizes[0]]
+        below = [x for x in sizes if x < n]
+        above = [x for x in sizes if x > n]
+        if above:
+            lo, hi = below[-1], above[0]
+            w = (n - lo) / (hi - lo)
+            return (1 - w) * seen[lo] + w * seen[hi]
+        if len(sizes) == 1:
+            return seen[sizes[0]] + self._prior[1] * (n - sizes[0])
+        lo, hi = sizes[-2], sizes[-1]
+        slope = max(0.0, (seen[hi] - seen[lo]) / (hi - lo))
+        return seen[hi] + slope * (n - hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,99 +80,99 @@ class BatchCosts:
     """The learnt costs of one pair's batches (seconds)."""
 
     def __init__(self, step_s: float = 0.01, draft_ratio: float = 0.3) -> None:
-        # Priors until measured: a verify row costs a tenth of a step, a draft step `draft_ratio`.
-        self.verify = LinearFit(step_s, step_s * 0.1)
-        self.draft = LinearFit(step_s * draft_ratio, step_s * draft_ratio * 0.1)
+        # Priors until measured (BatchEngine.calibrate measures at start): a verify row costs a
+        # tenth of a step, a draft step `draft_ratio` of one.
+        self.verify = CostTable(step_s, step_s * 0.1)
+        self.draft = CostTable(step_s * draft_ratio, step_s * draft_ratio * 0.1)
 
     def choose(self, wants: list[Want], other_tokens: int = 0) -> list[int]:
         """K per sequence maximising expected tokens / seconds of the round; `other_tokens`: rows
         the batch carries anyway (prompt chunks)."""
-        n = len(wants)
-        ks = [0] * n
-        if n == 0:
-            return ks
-        va, vb = self.verify.line()
-        da, db = self.draft.line()
-        deepest = max(max(w.k_max, w.fixed or 0) for w in wants)
-        depth: list[int] = [0] * (deepest + 2)
-        tokens = float(n)
-        seconds = va + vb * (n + other_tokens)
-
-        def cost(w: Want, k: int) -> float:
-            """Seconds the (k+1)-th draft of `w` adds to the round."""
-            c = vb
-            if w.model:
-                c += db * (w.lag if k == 0 else 1) + (da if depth[k + 1] == 0 else 0.0)
-            return c
-
-        def take(i: int) -> None:
-            nonlocal tokens, seconds
-            w, k = wants[i], ks[i]
-            seconds += cost(w, k)
-            tokens += w.alpha ** (k + 1)
-            if w.model:
-                depth[k + 1] += 1
-            ks[i] = k + 1
-
+        plan = _Plan(self, wants, other_tokens)
         for i, w in enumerate(wants):  # a K asked for is taken as it is
             for _ in range(w.fixed or 0):
-                take(i)
+                plan.take(i)
         free = [i for i, w in enumerate(wants) if w.fixed is None and w.k_max > 0]
         while free:
-            best_i, best_rate = -1, tokens / seconds
+            # A draft is taken when its expected tokens per second beat the round's by MARGIN:
+            # a mispriced row (timing noise, a sequence's cache out of the CPU's) must not make
+            # drafting slower than not drafting.
+            best_i, best = -1, MARGIN * plan.rate()
             for i in free:
-                rate = (tokens + wants[i].alpha ** (ks[i] + 1)) / (seconds + cost(wants[i], ks[i]))
-                if rate > best_rate * (1 + 1e-9):
-                    best_i, best_rate = i, rate
+                gain, cost = plan.step(i)
+                worth = gain / cost if cost > 0 else float("inf")
+                if worth > best:
+                    best_i, best = i, worth
             if best_i < 0:
-                # A single draft may not pay where a run of them does (a model's catch-up, the
-                # step's own cost): look a run ahead for each before giving up.
-                best_i = self._run_pays(wants, ks, free, tokens, seconds, cost)
+                # A single draft may not pay where a run of them does (a model's catch-up, a
+                # kernel's step up): look a run ahead for each before giving up.
+                best_i = plan.run_that_pays(free)
                 if best_i < 0:
                     break
-            take(best_i)
-            if ks[best_i] >= wants[best_i].k_max:
+            plan.take(best_i)
+            if plan.ks[best_i] >= wants[best_i].k_max:
                 free.remove(best_i)
-        return ks
-
-    @staticmethod
-    def _run_pays(
-        wants: list[Want],
-        ks: list[int],
-        free: list[int],
-        tokens: float,
-        seconds: float,
-        cost: Callable[[Want, int], float],
-    ) -> int:
-        """The sequence whose whole remaining run of drafts raises the rate, if one does."""
-        rate0 = tokens / seconds
-        for i in free:
-            w = wants[i]
-            t, sec = tokens, seconds
-            for k in range(ks[i], w.k_max):
-                t += w.alpha ** (k + 1)
-                sec += cost(w, k)
-                if t / sec > rate0 * (1 + 1e-9):
-                    return i
-        return -1
+        return plan.ks
 
     def rate(self, wants: list[Want], ks: list[int], other_tokens: int = 0) -> float:
         """Expected tokens per second of a round with these K (for tests and the benchmark)."""
-        va, vb = self.verify.line()
-        da, db = self.draft.line()
-        tokens = sum(_expected(w.alpha, k) for w, k in zip(wants, ks, strict=True))
-        seconds = va + vb * (len(wants) + sum(ks) + other_tokens)
-        depth: dict[int, int] = {}
-        for w, k in zip(wants, ks, strict=True):
-            if w.model and k:
-                seconds += db * (w.lag + k - 1)
-                for j in range(1, k + 1):
-                    depth[j] = depth.get(j, 0) + 1
-        return tokens / (seconds + da * len(depth))
+        plan = _Plan(self, wants, other_tokens)
+        for i, k in enumerate(ks):
+            for _ in range(k):
+                plan.take(i)
+        return plan.rate()
 
 
-def _expected(alpha: float, k: int) -> float:
-    """Tokens a round of k drafts adds: 1 + α + … + α^k."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+class _Plan:
+    """A round being planned: each sequence's K, its expected tokens, its seconds (the verify of
+    every row, and each draft step's tokens: the first carries the catch-ups)."""
+
+    def __init__(self, costs: BatchCosts, wants: list[Want], other_tokens: int) -> None:
+        self.costs = costs
+        self.wants = wants
+        self.ks = [0] * len(wants)
+        self.rows = len(wants) + other_tokens
+        self.steps: dict[int, int] = {}  # draft step -> tokens decoded in it
+        self.tokens = float(len(wants))
+        self.seconds = costs.verify.at(self.rows) if wants else 1.0
+
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def step(self, i: int) -> tuple[float, float]:
+        """(expected tokens, seconds) one more draft of sequence i adds."""
+        w, k = self.wants[i], self.ks[i]
+        verify = self.costs.verify
+        cost = verify.at(self.rows + 1) - verify.at(self.rows)
+        if w.model:
+            j = k + 1
+            had = self.steps.get(j, 0)
+            add = w.lag if j == 1 else 1
+            draft = self.costs.draft
+            cost += draft.at(had + add) - (draft.at(had) if had else 0.0)
+        return w.alpha ** (k + 1), max(cost, 0.0)
+
+    def take(self, i: int) -> None:
+        gain, cost = self.step(i)
+        w, k = self.wants[i], self.ks[i]
+        if w.model:
+            j = k + 1
+            self.steps[j] = self.steps.get(j, 0) + (w.lag if j == 1 else 1)
+        self.rows += 1
+        self.tokens += gain
+        self.seconds += cost
+        self.ks[i] = k + 1
+
+    def run_that_pays(self, free: list[int]) -> int:
+        """The sequence whose run of further drafts (some of it) beats the round's rate by
+        MARGIN, if one does."""
+        rate0 = self.rate()
+        for i in free:
+            trial = _Plan.__new__(_Plan)
+            trial.__dict__.update(self.__dict__, ks=list(self.ks), steps=dict(self.steps))
+            for _ in range(self.ks[i], self.wants[i].k_max):
+                trial.take(i)
+                added = trial.seconds - self.seconds
+                if trial.tokens - self.tokens > MARGIN * rate0 * added:
+                    return i
+        return -1

@@ -91,17 +91,28 @@ def body_limit(context: int) -> int:
 
 
 def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot | ParallelSlot:
-    """One request at a time, or `settings.parallel` in one batch (engine/batch.py) where the
-    pair can: a recurrent target keeps one (said in the log)."""
-    if settings.parallel > 1:
-        draft = pair.draft if settings.speculative else None
-        if draft is not None and draft.foreign_tokenizer:
-            draft = None  # (drafting across tokenizers runs one sequence: batch.py)
-        try:
-            return ParallelSlot(pair, BatchEngine(pair.target, draft), settings.max_waiting)
-        except TandemError as exc:
-            log.warning("%s; answering one request at a time", exc)
-    return Slot(pair, settings.max_waiting)
+    """With `settings.parallel` > 1 the batched engine (engine/batch.py), which drafts with a
+    draft model of the target's tokenizer and prompt lookup (the kinds it leaves out are said in
+    the log; a recurrent target falls back to one at a time); with 1, one request at a time on
+    the one-sequence engine (every kind, exactly as `tandem run`)."""
+    if settings.parallel == 1:
+        return Slot(pair, settings.max_waiting)
+    lost = BatchEngine.left_out(pair.target, pair.draft) if settings.speculative else []
+    draft = pair.draft if settings.speculative else None
+    if draft is not None and draft.foreign_tokenizer:
+        draft = None  # (drafting across tokenizers runs one sequence: batch.py)
+    try:
+        engine = BatchEngine(pair.target, draft)
+    except TandemError as exc:
+        log.warning("%s; answering one request at a time", exc)
+        return Slot(pair, settings.max_waiting)
+    if lost:
+        log.warning(
+            "parallel sequences draft with a draft model and prompt lookup, not with %s "
+            "(--parallel 1 keeps them)",
+            ", ".join(lost),
+        )
+    return ParallelSlot(pair, engine, settings.max_waiting)
 
 
 def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
@@ -171,6 +182,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
             "model": settings.model_id,
             "busy": slot.busy,
             "waiting": slot.waiting,
+            "parallel": slot.n_seq,  # requests answered at once (--parallel)
             "preparing": prompts.running,  # prompts being built (rendered, tokenized)
             "answers": dict(slot.ended),  # by how they ended: eog, max_tokens, cancelled...
         }

@@ -77,6 +77,8 @@ class Generation:
 class Slot:
     """One pair, one generation at a time, at most `max_waiting` requests queued behind it."""
 
+    n_seq = 1  # requests answered at once
+
     def __init__(self, pair: ModelPair, max_waiting: int) -> None:
         self.pair = pair
         self.max_waiting = max_waiting
