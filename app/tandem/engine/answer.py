@@ -8,7 +8,7 @@ limit ends the answer, and the counts accumulate for its statistics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import GenerationConfig
@@ -47,14 +47,25 @@ class AnswerTracker:
     def in_reasoning(self) -> bool:
         return self.splitter is not None and self.splitter.in_reasoning
 
-    def take(self, rnd: RoundEvent, reasoning_s: float | None) -> list[Event]:
+    def take(self, rnd: RoundEvent, reasoning_s: float | None) -> Sequence[Event]:
         """The events of a round's tokens (not the round itself); sets `reason` when the answer
         ends in it. `reasoning_s`: the round's seconds when it started inside the reasoning."""
-        events: list[Event] = []
-        own = rnd.origin(rnd.accepted)
         history, eog, stream, splitter = self.history, self._eog, self.stream, self.splitter
+        own = rnd.origin(rnd.accepted)
+        tokens = rnd.tokens
+        if len(tokens) == 1 and splitter is None:  # (the target alone's every round: kept lean)
+            tok = tokens[0]
+            history.append(tok)
+            if eog.get(tok) or (tok not in eog and self._is_eog(tok)):
+                self.reason = "eog"
+                return self._counted(rnd, 0, reasoning_s, [])
+            out = stream.add(tok, own)
+            if stream.stopped:
+                self.reason = "stop_string"
+            return self._counted(rnd, 1, reasoning_s, out)
+        events: list[Event] = []
         emitted = 0
-        for i, tok in enumerate(rnd.tokens):
+        for i, tok in enumerate(tokens):
             history.append(tok)
             if eog.get(tok) or (tok not in eog and self._is_eog(tok)):
                 self.reason = "eog"
@@ -71,6 +82,11 @@ class AnswerTracker:
             if stream.stopped:
                 self.reason = "stop_string"
                 break
+        return self._counted(rnd, emitted, reasoning_s, events)
+
+    def _counted(
+        self, rnd: RoundEvent, emitted: int, reasoning_s: float | None, events: Sequence[Event]
+    ) -> Sequence[Event]:
         self.generated += emitted
         if reasoning_s is not None:
             self.tally.add_reasoning_round(rnd.drafted, reasoning_s)

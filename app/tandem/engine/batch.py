@@ -509,10 +509,9 @@ class BatchEngine:
         )
         s.llama_s += verify_s
         reasoning_s = draft_s + verify_s if s.answer.in_reasoning else None
-        events = s.answer.take(rnd, reasoning_s)
+        events = [*s.answer.take(rnd, reasoning_s), rnd]
         now = time.perf_counter()
         rnd.wall_s = draft_s + verify_s
-        events.append(rnd)
         s.req.emit(events)
         if s.answer.reason is not None:
             self._end(s, s.answer.reason, now)
