@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,16 +51,25 @@ def parallel_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
     pair.close()
 
 
-@pytest.fixture
-def engine(parallel_pair: ModelPair) -> Iterator[BatchEngine]:
-    eng = BatchEngine(parallel_pair.target, parallel_pair.draft)
+@contextmanager
+def running(pair: ModelPair) -> Iterator[BatchEngine]:
+    """A BatchEngine over `pair`, its loop in a thread, stopped and closed at the end."""
+    eng = BatchEngine(pair.target, pair.draft)
     thread = threading.Thread(target=eng.run, daemon=True)
     thread.start()
-    yield eng
-    eng.stop()
-    thread.join(30)
-    eng.close()
+    try:
+        yield eng
+    finally:
+        eng.stop()
+        thread.join(30)
+        eng.close()
     assert not thread.is_alive()
+
+
+@pytest.fixture
+def engine(parallel_pair: ModelPair) -> Iterator[BatchEngine]:
+    with running(parallel_pair) as eng:
+        yield eng
 
 
 @dataclass
@@ -224,6 +234,12 @@ def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: B
     with pytest.raises(TandemError, match="exact output is not possible"):
         engine.check(GenerationConfig(exact=True), True)  # (an F16 target: never exact)
     assert engine.check(GenerationConfig(), True).exact is False
+    alone = BatchEngine(engine.target, None)  # (no draft model: nothing is decoded here)
+    try:
+        with pytest.raises(TandemError, match=f"no draft model: ask for drafter {LOOKUP!r} or 'auto'"):
+            alone.check(GenerationConfig(drafter=MODEL), True)
+    finally:
+        alone.close()
 
 
 @pytest.fixture(scope="module")
@@ -231,15 +247,9 @@ def tiny_parallel(tiny_target: Path) -> Iterator[BatchEngine]:
     """The sampling test's pair (a draft accepted about a third of the time at temperature 1,
     top-k 4: accepts, rejections and bonus tokens all occur) with 4 sequences."""
     draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
-    pair = ModelPair.load(tiny_target, draft, LoadOptions(n_ctx=256, n_seq=4, n_threads=1))
-    eng = BatchEngine(pair.target, pair.draft)
-    thread = threading.Thread(target=eng.run, daemon=True)
-    thread.start()
-    yield eng
-    eng.stop()
-    thread.join(30)
-    eng.close()
-    pair.close()
+    options = LoadOptions(n_ctx=256, n_seq=4, n_threads=1)
+    with ModelPair.load(tiny_target, draft, options) as pair, running(pair) as eng:
+        yield eng
 
 
 def law_p(engine: BatchEngine, pair: ModelPair, waves: int = 600) -> tuple[float, float]:

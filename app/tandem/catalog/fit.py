@@ -99,36 +99,34 @@ def _host_only_bytes(info: GGUFInfo) -> int:
     return embedding.n_bytes or 0
 
 
-def files_fit(target: Path, draft: Path | None, n_ctx: int) -> FitVerdict:
-    """Fit of GGUF files on disk (exact KV sizes from their metadata). Against a GPU's memory,
-    what stays in host memory is not counted (measured on an H200: 8B + 1B shapes at 8k, the
-    estimate 8.7% over what nvidia-smi showed in use, 13% while the embedding was counted)."""
-    need = 0
-    weights = 0
+def _files_bytes(target: Path, draft: Path | None, n_ctx: int) -> tuple[int, int]:
+    """(bytes of the weights, bytes of one n_ctx context's KV cache) of a pair's GGUF files.
+    Against a GPU's memory, what stays in host memory is not counted."""
+    weights = kv = 0
     gpu = _gpu_build()
     for path in (target, draft):
         if path is None:
             continue
         info = read_gguf(path, check_data=False)
-        size = _model_bytes(Path(path), info) - (_host_only_bytes(info) if gpu else 0)
-        weights += size
-        need += size + kv_cache_bytes(info, n_ctx)
+        weights += _model_bytes(Path(path), info) - (_host_only_bytes(info) if gpu else 0)
+        kv += kv_cache_bytes(info, n_ctx)
+    return weights, kv
+
+
+def files_fit(target: Path, draft: Path | None, n_ctx: int) -> FitVerdict:
+    """Fit of GGUF files on disk (exact KV sizes from their metadata). Against a GPU's memory,
+    what stays in host memory is not counted (measured on an H200: 8B + 1B shapes at 8k, the
+    estimate 8.7% over what nvidia-smi showed in use, 13% while the embedding was counted)."""
+    weights, kv = _files_bytes(target, draft, n_ctx)
     available, device = device_memory()
-    return judge(need + runtime_overhead(weights), available, device)
+    return judge(weights + kv + runtime_overhead(weights), available, device)
 
 
 def sequences_fit(target: Path, draft: Path | None, n_ctx: int) -> tuple[int, str]:
     """How many sequences of `n_ctx` tokens each (tandem serve --parallel) fit beside the
     models in the memory available now, and where: the KV cache grows by one context of each
     model per sequence."""
-    weights = 0
-    per_seq = 0
-    for path in (target, draft):
-        if path is None:
-            continue
-        info = read_gguf(path, check_data=False)
-        weights += _model_bytes(Path(path), info)
-        per_seq += kv_cache_bytes(info, n_ctx)
+    weights, per_seq = _files_bytes(target, draft, n_ctx)
     available, device = device_memory()
     room = int(available * FITS_FRACTION) - weights - runtime_overhead(weights)
     return (max(0, room // per_seq) if per_seq else 1 << 16), device

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from . import exact
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Want
 from .config import GenerationConfig
@@ -45,6 +46,7 @@ from .drafters.model import KIND as MODEL
 from .drafters.registry import AUTO
 from .errors import TandemError
 from .events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
+from .exact import ExactPlan
 from .model import GOVERNOR, LoadedModel
 from .sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
 from .sequences import Piece, SeqContext
@@ -144,22 +146,16 @@ class BatchEngine:
                 f"draft with {', '.join(PARALLEL_KINDS)} (or start tandem serve with --parallel 1)"
             )
         if speculative and config.drafter == MODEL and self.draft is None:
-            raise TandemError("this server has no draft model: ask for drafter {LOOKUP!r} or {AUTO!r}")
-        if config.exact is False:
-            return config
+            raise TandemError(f"this server has no draft model: ask for drafter {LOOKUP!r} or {AUTO!r}")
         plan = self.target.exact_plan
         # Exact output holds at any batch only where no row depends on its batch (exact.py); a
         # cap on the verify's rows (repacked weights) holds with one sequence, capping its K.
-        if plan.possible and (plan.rows is None or self.n_seq == 1):
-            k = plan.k_max(config.k_max)
-            return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
-        if config.exact:
-            why = plan.why_not or (
-                "its weights are repacked for this CPU, which keeps a row exact only in a batch of "
-                f"{plan.rows} rows"
+        if plan.possible and plan.rows is not None and self.n_seq > 1:
+            plan = ExactPlan(
+                why_not="its weights are repacked for this CPU, which keeps a row exact only in a "
+                f"batch of {plan.rows} rows"
             )
-            raise TandemError(f"exact output is not possible with parallel sequences: {why}")
-        return replace(config, exact=False)
+        return exact.resolve(config, plan, "with parallel sequences")
 
     def submit(self, req: SeqRequest) -> None:
         with self._wake:
@@ -273,15 +269,7 @@ class BatchEngine:
             config.k_max if kind else 0,
             config.drafts_adaptively and bool(kind),
         )
-        base = GenerationStats(
-            mode=start.mode,
-            draft_max=start.draft_max,
-            adaptive=start.adaptive,
-            drafter=start.drafter,
-            prompt_tokens=len(prompt),
-            device=self.target.device_label,
-            exact=config.exact is True,
-        )
+        base = start.stats(len(prompt), self.target.device_label, config.exact is True)
         history = list(prompt)
         s = _Seq(
             req=req,
@@ -338,7 +326,6 @@ class BatchEngine:
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
         self._draft(decoding)
-        t1 = time.perf_counter()
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         room = self.t_ctx.capacity - sum(len(p.tokens) for p in pieces)
         chunks: list[Piece] = []

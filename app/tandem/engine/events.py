@@ -26,6 +26,18 @@ class StartEvent:
     draft_max: int  # K: the most per round (adaptive) or every round (fixed); 0 for the target alone
     adaptive: bool
 
+    def stats(self, prompt_tokens: int, device: str, exact: bool) -> GenerationStats:
+        """The statistics of the generation this starts, before any of it has run."""
+        return GenerationStats(
+            mode=self.mode,
+            draft_max=self.draft_max,
+            adaptive=self.adaptive,
+            drafter=self.drafter,
+            prompt_tokens=prompt_tokens,
+            device=device,
+            exact=exact,
+        )
+
 
 # TokenEvent and RoundEvent are built for every token and every round, so they are plain slotted
 # dataclasses: a frozen one is built through object.__setattr__ field by field, which costs

@@ -28,9 +28,14 @@ that out from llama.cpp and flips the switch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from .errors import TandemError
 from .gguf_info import GGUFInfo
+
+if TYPE_CHECKING:
+    from .config import GenerationConfig
 
 # Rows a repacked weight still multiplies one at a time (its gemv): ggml-cpu/repack.cpp.
 REPACK_GEMV_ROWS = 3
@@ -64,6 +69,20 @@ class ExactPlan:
     def k_max(self, k: int) -> int:
         """The most drafts per round under this plan, asked for at most k."""
         return k if self.rows is None else min(k, self.rows - 1)
+
+
+def resolve(config: GenerationConfig, plan: ExactPlan, where: str = "here") -> GenerationConfig:
+    """`config` as it runs under `plan`: `exact` resolved (None: wherever possible), K capped to
+    the verify batch exactness allows. Exact output asked for (True) where it is not possible is
+    refused with the reason (TandemError: "exact output is not possible {where}: ...")."""
+    if config.exact is False:
+        return config
+    if not plan.possible:
+        if config.exact:
+            raise TandemError(f"exact output is not possible {where}: {plan.why_not}")
+        return replace(config, exact=False)
+    k = plan.k_max(config.k_max)
+    return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
 
 
 def plan(

@@ -18,7 +18,7 @@ from .config import GenerationConfig
 from .draft_policy import CostModel
 from .drafters import registry
 from .errors import ContextOverflowError, TandemError
-from .events import Event, GenerationStats, PrefillEvent, StartEvent, StopReason
+from .events import Event, PrefillEvent, StartEvent, StopReason
 from .model import GOVERNOR, LoadedModel
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
@@ -114,15 +114,7 @@ def _drive(
     target.exact = config.exact is True
     try:
         yield start
-        base = GenerationStats(
-            mode=start.mode,
-            draft_max=start.draft_max,
-            adaptive=start.adaptive,
-            drafter=start.drafter,
-            prompt_tokens=len(prompt),
-            device=target.device_label,
-            exact=target.exact,
-        )
+        base = start.stats(len(prompt), target.device_label, target.exact)
         cancelled = cancel.is_set if cancel is not None else _never
 
         # Prefill: everything but the last prompt token, reusing whatever prefix is cached.

@@ -233,6 +233,7 @@ class LoadedModel(KvMirror, Vocabulary):
         if not ctx:
             raise ModelLoadError(self._explain_failure("context", log_mark))
         self._ctx = ctx
+        self.max_rows = int(cparams.n_outputs_max)  # logits rows one decode may ask for
         GOVERNOR.attach(ctx, n_threads)
 
     def _explain_failure(self, stage: str, log_mark: int) -> str:
@@ -573,18 +574,23 @@ class LoadedModel(KvMirror, Vocabulary):
         (llama.cpp's getters wait for the computation, as llama_synchronize would)."""
         self.decode_seconds += time.perf_counter() - self._t_decode
 
-    def _logits(self, rows: int) -> npt.NDArray[np.float32]:
-        """The first `rows` rows of llama.cpp's logits buffer, without copying. The buffer is
-        allocated once for max_outputs rows, so one numpy view over it serves every decode
-        (building a view costs tens of microseconds: it is rebuilt only if the buffer moves)."""
+    def output_rows(self, rows: int) -> npt.NDArray[np.float32]:
+        """The first `rows` rows of llama.cpp's logits buffer, without copying (its getter waits
+        for the computation). The buffer is allocated once for `max_rows` rows, so one numpy view
+        over it serves every decode (building a view costs tens of microseconds: it is rebuilt
+        only if the buffer moves); valid until the next decode."""
         address = _llama_get_logits(self._ctx)
-        self._outputs_read()  # it waited for the computation (as llama_synchronize would)
         if address != self._logits_address:
-            size = self.options.max_outputs * self.n_vocab
+            size = self.max_rows * self.n_vocab
             buffer = (ctypes.c_float * size).from_address(address)
-            self._logits_view = np.ctypeslib.as_array(buffer).reshape(self.options.max_outputs, self.n_vocab)
+            self._logits_view = np.ctypeslib.as_array(buffer).reshape(self.max_rows, self.n_vocab)
             self._logits_address = address
         return self._logits_view[:rows]
+
+    def _logits(self, rows: int) -> npt.NDArray[np.float32]:
+        view = self.output_rows(rows)
+        self._outputs_read()  # its getter waited for the computation (as llama_synchronize would)
+        return view
 
 
 def _has_recurrent_state(model: object) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from . import exact
 from .compat import PairTokenizers, check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from .draft_policy import CostModel
@@ -158,15 +159,7 @@ class ModelPair(Prompting):
         """`config` as it runs on this pair: `exact` resolved (None: wherever the target allows
         it), and K capped to the verify batch exactness allows (exact.py). Exact output asked
         for (True) where it is not possible is refused with the reason (TandemError)."""
-        if config.exact is False:
-            return config
-        plan = self.target.exact_plan
-        if not plan.possible:
-            if config.exact:
-                raise TandemError(f"exact output is not possible here: {plan.why_not}")
-            return replace(config, exact=False)
-        k = plan.k_max(config.k_max)
-        return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
+        return exact.resolve(config, self.target.exact_plan)
 
     def generate(
         self,

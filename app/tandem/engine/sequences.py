@@ -9,8 +9,6 @@ sequence's cache holds and cuts a sequence back after a rejection (llama_memory_
 
 from __future__ import annotations
 
-import ctypes
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,11 +21,6 @@ from .llama_lib import llama_cpp
 
 if TYPE_CHECKING:
     from .model import LoadedModel
-
-_lib = llama_cpp._lib
-_llama_get_logits = _lib["llama_get_logits"]
-_llama_get_logits.restype = ctypes.c_void_p
-_llama_get_logits.argtypes = [ctypes.c_void_p]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +42,8 @@ class SeqContext:
         self.n_seq = model.options.n_seq
         self.n_ctx = model.n_ctx  # per sequence
         self.capacity = model.n_batch  # tokens per decode (one micro-batch)
-        self.max_rows = min(model.n_batch, model.options.max_outputs * self.n_seq)
+        self.max_rows = model.max_rows  # logits rows per decode
         self.cached: list[list[int]] = [[] for _ in range(self.n_seq)]
-        self.decode_seconds = 0.0
         self._mem = llama_cpp.llama_get_memory(model.ctx)
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         b = self._batch
@@ -60,8 +52,6 @@ class SeqContext:
         self._out = np.ctypeslib.as_array(b.logits, shape=(self.capacity,))
         np.ctypeslib.as_array(b.n_seq_id, shape=(self.capacity,))[:] = 1
         self._seq_ids = b.seq_id
-        self._view_address: int | None = None
-        self._view: npt.NDArray[np.float32] = np.zeros((0, model.n_vocab), dtype=np.float32)
         for seq in range(self.n_seq):  # (a context reused after a single-sequence run)
             llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
 
@@ -137,11 +127,9 @@ class SeqContext:
                 spans.append(None)
             n += m
         b.n_tokens = n
-        t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, b)
         if rc != 0:
             llama_cpp.llama_synchronize(self.model.ctx)
-            self.decode_seconds += time.perf_counter() - t0
             # Whatever llama.cpp kept of a failed batch is unknown: the sequences start over.
             for seq in {p.seq for p in pieces}:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
@@ -155,17 +143,6 @@ class SeqContext:
             self.cached[piece.seq].extend(piece.tokens)
         if rows == 0:
             llama_cpp.llama_synchronize(self.model.ctx)
-            self.decode_seconds += time.perf_counter() - t0
             return [None] * len(pieces)
-        view = self._rows(rows)  # (its getter waits for the computation)
-        self.decode_seconds += time.perf_counter() - t0
+        view = self.model.output_rows(rows)  # (its getter waits for the computation)
         return [None if span is None else view[span[0] : span[1]] for span in spans]
-
-    def _rows(self, rows: int) -> npt.NDArray[np.float32]:
-        address = _llama_get_logits(self.model.ctx)
-        if address != self._view_address:
-            size = self.max_rows * self.model.n_vocab
-            buffer = (ctypes.c_float * size).from_address(address)
-            self._view = np.ctypeslib.as_array(buffer).reshape(self.max_rows, self.model.n_vocab)
-            self._view_address = address
-        return self._view[:rows]
