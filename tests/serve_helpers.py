@@ -117,3 +117,11 @@ def stop_serve(proc: subprocess.Popen[str]) -> tuple[int, float, str]:
             proc.kill()
             proc.wait()
     return code, time.perf_counter() - t0, rest
+
+
+def streamed_text(client: Any, content: str, max_tokens: int) -> str:
+    """One streamed chat answer through OpenAI's client (`openai.OpenAI`), its text joined."""
+    stream = client.chat.completions.create(
+        model="test-pair", messages=[{"role": "user", "content": content}], max_tokens=max_tokens, stream=True
+    )
+    return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)

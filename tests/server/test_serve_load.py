@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 
-from serve_helpers import Served, request, serving, wait_idle
+from serve_helpers import Served, request, serving, streamed_text, wait_idle
 from tandem.engine import GenerationConfig, ModelPair
 from tandem.session.collect import collect
 from tandem.session.prompts import chat_prompt, messages_for
@@ -36,10 +36,7 @@ def test_twenty_concurrent_clients_all_get_their_answer(tiny_pair: ModelPair) ->
                     model="test-pair", messages=[{"role": "user", "content": p}], max_tokens=16
                 )
                 return r.choices[0].message.content or ""
-            stream = c.chat.completions.create(
-                model="test-pair", messages=[{"role": "user", "content": p}], max_tokens=16, stream=True
-            )
-            return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+            return streamed_text(c, p, 16)
 
         with ThreadPoolExecutor(20) as pool:
             got = dict(zip(prompts, pool.map(ask, prompts), strict=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from serve_helpers import request, serving, wait_idle
+from serve_helpers import request, serving, streamed_text, wait_idle
 from tandem.engine import GenerationConfig, LoadOptions, ModelPair
 from tandem.session.collect import collect
 from tandem.session.prompts import chat_prompt, messages_for
@@ -40,14 +40,8 @@ def test_six_clients_on_four_sequences_get_the_target_s_answers(
     with serving(pair4, parallel=4) as served:
         c = openai.OpenAI(base_url=served.v1, api_key="x", max_retries=0)
 
-        def ask(q: str) -> str:
-            stream = c.chat.completions.create(
-                model="test-pair", messages=[{"role": "user", "content": q}], max_tokens=24, stream=True
-            )
-            return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
-
         with ThreadPoolExecutor(6) as pool:
-            got = dict(zip(QUESTIONS, pool.map(ask, QUESTIONS), strict=True))
+            got = dict(zip(QUESTIONS, pool.map(lambda q: streamed_text(c, q, 24), QUESTIONS), strict=True))
         assert got == want
         wait_idle(served)
         status, health = request(served, "GET", "/health")
