@@ -168,3 +168,11 @@ def test_the_api_key_is_required_when_set(tiny_pair: ModelPair) -> None:
         with pytest.raises(openai.AuthenticationError, match="API key"):
             client(served.v1, api_key="wrong").models.list()
         assert [m.id for m in client(served.v1, api_key="s3cret").models.list().data] == ["test-pair"]
+        # A streamed answer passes the key's check once, then streams (KeyGuard wraps nothing).
+        stream = client(served.v1, api_key="s3cret").completions.create(
+            model="test-pair", prompt="Hello", max_tokens=6, temperature=0, stream=True
+        )
+        assert "".join(c.choices[0].text for c in stream if c.choices)
+        with pytest.raises(openai.AuthenticationError, match="API key"):
+            wrong = client(served.v1, api_key="wrong")
+            wrong.completions.create(model="test-pair", prompt="Hello", max_tokens=2)

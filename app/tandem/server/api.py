@@ -9,10 +9,9 @@ queue (slot.py) → the generation's rounds as chunks (chunks.py), or one answer
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,7 +47,7 @@ from .errors import (
     unexpected_error_handler,
     validation_error_handler,
 )
-from .guards import BodyGuard, HostCheck, HostGuard
+from .guards import BodyGuard, HostCheck, HostGuard, KeyGuard
 from .parallel_slot import ParallelSlot
 from .prompts import PromptBuilds, StoppedBuilding
 from .schema import ChatCompletionRequest, CompletionRequest
@@ -129,20 +128,6 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(Exception, unexpected_error_handler)
     target_name = pair.target.path.name
-
-    @app.middleware("http")
-    async def check_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if settings.api_key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "")
-            expected = f"Bearer {settings.api_key}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                return ApiError(
-                    401,
-                    "missing or wrong API key: send the key tandem serve was started with "
-                    "(--api-key) as 'Authorization: Bearer KEY'",
-                    code="invalid_api_key",
-                ).response()
-        return await call_next(request)
 
     def check_model(name: str | None) -> None:
         if name is None or name in (settings.model_id, target_name, target_name.removesuffix(".gguf")):
@@ -277,6 +262,8 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
 
     # Added last, run first: the Host, then the body's size, then the key (check_key).
     limit = settings.max_body if settings.max_body is not None else body_limit(pair.context_size)
+    if settings.api_key:
+        app.add_middleware(KeyGuard, key=settings.api_key)
     app.add_middleware(BodyGuard, limit=limit, stopping=slot.stopping)
     app.add_middleware(HostGuard, check=HostCheck(settings.host, settings.allowed_hosts))
     return app

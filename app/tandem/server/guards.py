@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -124,6 +125,30 @@ class HostGuard:
             if not self.check.allows(host):
                 assert host is not None
                 await self.check.refusal(host).response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class KeyGuard:
+    """The API key, when the server has one: every `/v1/` request must carry it as
+    `Authorization: Bearer KEY`. A plain ASGI wrapper (not Starlette's BaseHTTPMiddleware, which
+    relays every streamed chunk through a memory stream and a task of its own: a cost per token)."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1/"):
+            given = (_header(scope, b"authorization") or "").encode("latin-1")
+            if not hmac.compare_digest(given, self.expected):
+                refusal = ApiError(
+                    401,
+                    "missing or wrong API key: send the key tandem serve was started with "
+                    "(--api-key) as 'Authorization: Bearer KEY'",
+                    code="invalid_api_key",
+                )
+                await refusal.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tandem.engine import BatchEngine, DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
@@ -26,6 +26,34 @@ if TYPE_CHECKING:
     from tandem.engine import ModelPair
 
 
+class _Mailbox:
+    """What the engine's thread hands the event loop, with one wakeup for all a round sends:
+    every `call_soon_threadsafe` costs a self-pipe write and a wakeup of the loop, a syscall
+    each, and a round emits to every sequence."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+
+    def post(self, fn: Callable[..., object], *args: object) -> None:
+        with self._lock:
+            first = not self._calls
+            self._calls.append((fn, args))
+        if first:
+            _call_soon(self.loop, self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception as exc:  # (as the loop treats a failing callback: logged, not fatal)
+                failure = {"message": "a generation's callback failed", "exception": exc}
+                self.loop.call_exception_handler(failure)
+
+
 class ParallelSlot:
     """One pair, up to `n_seq` generations advanced together."""
 
@@ -36,6 +64,7 @@ class ParallelSlot:
         self.max_waiting = max_waiting
         self._in_flight = 0  # started and not ended (running or in the engine's inbox)
         self._running: set[Generation] = set()
+        self._mailbox: _Mailbox | None = None  # made in the serving loop, on first use
         self.stopping = Stopping()
         self.ended: Counter[str] = Counter()
         self._thread = threading.Thread(target=engine.run, name="tandem-batch", daemon=True)
@@ -77,7 +106,11 @@ class ParallelSlot:
         self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
     ) -> Generation:
         loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = _Mailbox(loop)
+        post = self._mailbox.post
         gen = Generation(loop)
+        put = gen._queue.put_nowait
         self._running.add(gen)
         finished = False
 
@@ -87,12 +120,12 @@ class ParallelSlot:
 
         def emit(events: list[Event]) -> None:
             nonlocal finished
-            gen._put(events)
+            post(put, events)
             if events and isinstance(events[-1], DoneEvent):
                 self.ended[events[-1].stats.stop_reason] += 1
                 finished = True
-                gen._put(_END)
-                _call_soon(loop, end)
+                post(put, _END)
+                post(end)
 
         def fail(exc: BaseException) -> None:
             nonlocal finished
@@ -101,9 +134,9 @@ class ParallelSlot:
             finished = True
             if isinstance(exc, MemoryError):
                 exc = TandemError("out of memory while generating: use a smaller context (--ctx) or model")
-            gen._put(_Failure(exc))
-            gen._put(_END)
-            _call_soon(loop, end)
+            post(put, _Failure(exc))
+            post(put, _END)
+            post(end)
 
         if self.stopping.is_set():
             gen.cancel.set()
