@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.engine.batch_costs import BatchCosts, CostTable, Want
+from tandem.engine.batch_costs import FAIR_SLACK, BatchCosts, CostTable, Want
 
 
 def costs(verify: tuple[float, float], draft: tuple[float, float]) -> BatchCosts:
@@ -26,15 +26,39 @@ def test_the_table_interpolates_and_extends() -> None:
     assert 0.0136 < table.at(4) < 0.0236
 
 
-def test_a_kernel_step_up_is_priced_where_it_is() -> None:
-    # SmolLM2 F16's verify with 4 sequences: one more row is cheap up to 5, dear at 8.
+def smollm2_verify() -> BatchCosts:
+    # SmolLM2 F16's verify with 4 sequences cached, measured on a 2-core CPU: one more row is
+    # cheap up to 5, dear at 8.
     c = BatchCosts()
     for n, ms in ((1, 8.2), (2, 12.3), (3, 12.9), (4, 13.6), (5, 14.1), (6, 15.9), (8, 21.0), (12, 24.0)):
         c.verify.add(n, ms / 1000)
+    return c
+
+
+def test_a_kernel_step_up_is_priced_where_it_is() -> None:
+    # At α = 0.5 a fifth row would raise the round's rate, but it slows the three sequences
+    # beside it by 4% for nothing of theirs; one draft each, 8 rows, does not pay its step up.
     wants = [Want(0.5, 4, False) for _ in range(4)]
-    ks = c.choose(wants)
-    assert sum(ks) >= 1  # the fifth row pays at α = 0.5 ...
-    assert sum(ks) + 4 < 8  # ... the step up to 8 rows does not
+    assert smollm2_verify().choose(wants) == [0, 0, 0, 0]
+    # Where all four keep 90% of their drafts, every one drafts, evenly.
+    ks = smollm2_verify().choose([Want(0.9, 8, False) for _ in range(4)])
+    assert min(ks) >= 1 and max(ks) == min(ks)
+
+
+def test_no_sequence_is_slowed_by_the_drafts_of_another() -> None:
+    # One sequence that would keep 90% of its drafts beside three that cannot draft.
+    wants = [Want(0.9, 8, False), *(Want(0.0, 0, False) for _ in range(3))]
+    alone = [Want(0.9, 8, False)]
+    assert smollm2_verify().choose(alone)[0] >= 2  # alone it drafts ...
+    assert smollm2_verify().choose(wants) == [0, 0, 0, 0]  # ... but a CPU's row costs the others 4%
+    # Where a row costs 0.5% of a round (a GPU), it drafts until the others would lose the
+    # FAIR_SLACK of their rate.
+    gpu = costs((0.010, 0.00005), (0.002, 0.0002))
+    ks = gpu.choose(wants)
+    assert ks[0] >= 2 and ks[1:] == [0, 0, 0]
+    rows = 4 + ks[0]
+    assert gpu.verify.at(rows) <= gpu.verify.at(4) / (1 - FAIR_SLACK)
+    assert gpu.verify.at(rows + 1) > gpu.verify.at(4) / (1 - FAIR_SLACK)
 
 
 def test_one_sequence_drafts_where_a_verify_row_is_cheap() -> None:
@@ -52,7 +76,13 @@ def test_a_wide_batch_stops_drafting() -> None:
 
 
 def test_a_free_lookup_drafts_more_than_a_model_and_a_fixed_k_is_kept() -> None:
-    c = costs((0.010, 0.0015), (0.004, 0.0004))
+    # Rows nearly free (a GPU): the lookup's drafts cost nothing but their rows, the model's
+    # its catch-up of 40 tokens too.
+    c = costs((0.010, 0.00005), (0.004, 0.0004))
     ks = c.choose([Want(0.6, 8, False), Want(0.6, 8, True, lag=40), Want(0.1, 8, True, fixed=3)])
     assert ks[0] > ks[1]
     assert ks[2] == 3
+    # Rows that cost (a CPU): the K asked for is still kept, and the others then do not draft
+    # at its sequence's expense.
+    c = costs((0.010, 0.0015), (0.004, 0.0004))
+    assert c.choose([Want(0.6, 8, False), Want(0.1, 8, True, fixed=3)]) == [0, 3]
