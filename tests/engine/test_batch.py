@@ -212,9 +212,11 @@ def test_a_long_prompt_is_read_in_chunks_while_others_answer(
     parallel_pair: ModelPair, engine: BatchEngine
 ) -> None:
     ps = prompts(parallel_pair)
-    long_text = " ".join(f"Item {i} is a box of {i * 7 % 13} apples." for i in range(45))
+    long_text = " ".join(f"Item {i} is a box of {i * 7 % 13} apples." for i in range(70))
     long_prompt = chat_prompt(parallel_pair, messages_for(long_text + " How many boxes are there?"))
-    assert 400 < len(long_prompt) < 1000
+    # More than three rounds' reading, however the two arrive: a round with no answer waiting
+    # reads a whole micro-batch (256 tokens), then one beside the short prompt, then chunks.
+    assert 700 < len(long_prompt) < 1000
     short = Asked(ps[1], GenerationConfig(max_tokens=24))
     want = run(engine, [fresh(short)])[0].tokens
     big = Asked(long_prompt, GenerationConfig(max_tokens=8))

@@ -322,15 +322,19 @@ class BatchEngine:
             return False
         # Plan with the prompt chunks the round would carry, then give the chunks what room
         # the verify rows leave in the micro-batch.
-        wanted = sum(min(PREFILL_CHUNK, len(s.req.prompt) - 1 - s.prefill_at) for s in prefilling)
+        # (With no answer waiting on the round, a prompt takes the whole micro-batch: bigger
+        # matrix products read a prompt faster.)
+        chunk = PREFILL_CHUNK if decoding else self.t_ctx.capacity
+        wanted = sum(min(chunk, len(s.req.prompt) - 1 - s.prefill_at) for s in prefilling)
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
         self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         room = self.t_ctx.capacity - sum(len(p.tokens) for p in pieces)
         chunks: list[Piece] = []
-        for s in prefilling:
-            n = min(PREFILL_CHUNK, len(s.req.prompt) - 1 - s.prefill_at, room)
+        # The shortest rest first: a short prompt beside a long one is read in this round.
+        for s in sorted(prefilling, key=lambda s: len(s.req.prompt) - s.prefill_at):
+            n = min(chunk, len(s.req.prompt) - 1 - s.prefill_at, room)
             if n > 0:
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at : s.prefill_at + n], "none"))
                 room -= n
