@@ -59,6 +59,9 @@ def test_no_sequence_is_slowed_by_the_drafts_of_another() -> None:
     rows = 4 + ks[0]
     assert gpu.verify.at(rows) <= gpu.verify.at(4) / (1 - FAIR_SLACK)
     assert gpu.verify.at(rows + 1) > gpu.verify.at(4) / (1 - FAIR_SLACK)
+    # A prompt read in the same round (its last 3 tokens) gains nothing from a draft either.
+    assert smollm2_verify().choose(alone, other_tokens=3) == [0]
+    assert 2 <= gpu.choose(alone, other_tokens=3)[0] <= ks[0] + 1
 
 
 def test_one_sequence_drafts_where_a_verify_row_is_cheap() -> None:

@@ -4,15 +4,19 @@ cannot do is a 400 with the reason."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 from serve_helpers import request, serving, streamed_text, wait_idle
 from tandem.engine import GenerationConfig, LoadOptions, ModelPair
+from tandem.server.parallel_slot import _Mailbox
 from tandem.session.collect import collect
 from tandem.session.prompts import chat_prompt, messages_for
 
@@ -76,3 +80,45 @@ def test_past_the_sequences_and_the_queue_a_429_says_so(pair4: ModelPair) -> Non
         assert got.count("ok") >= 5 and refused  # 4 running, 1 waiting; the rest told to retry
         assert all("4 requests are being answered" in g for g in refused)
         wait_idle(served)
+
+
+def test_the_mailbox_hands_a_round_over_with_one_wakeup() -> None:
+    """Everything the engine's thread posts before the loop runs is run in order, after one
+    wakeup of the loop; a call that fails is reported to the loop and the others still run."""
+    loop = asyncio.new_event_loop()
+    wakeups = 0
+    handed = loop.call_soon_threadsafe
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal wakeups
+        wakeups += 1
+        return handed(*args, **kw)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
+    box = _Mailbox(loop)
+    got: list[int] = []
+
+    def fails() -> None:
+        raise ValueError("a broken callback")
+
+    def engine_round() -> None:
+        for i in range(20):
+            box.post(got.append, i)
+        box.post(fails)
+        box.post(got.append, 20)
+
+    try:
+        thread = threading.Thread(target=engine_round)
+        thread.start()
+        thread.join()
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert got == list(range(21))
+        assert wakeups == 1
+        assert [str(e) for e in reported] == ["a broken callback"]
+        box.post(got.append, 21)  # the next round wakes the loop again
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert got[-1] == 21 and wakeups == 2
+    finally:
+        loop.close()

@@ -161,6 +161,8 @@ class _Plan:
         self.tokens = float(len(wants))
         self.seconds = costs.verify.at(self.rows) if wants else 1.0
         self.each = [1.0] * len(wants)  # each sequence's expected tokens
+        # A prompt being read in the round is slowed by drafts too, and gains nothing from them.
+        self.reading = other_tokens > 0
         # The round every sequence's rate is kept at (settle): its seconds, and their tokens.
         self.ref_s = self.seconds
         self.ref_each = list(self.each)
@@ -195,6 +197,8 @@ class _Plan:
         """Whether, with sequence i's next draft (`gain` tokens, `cost` seconds), every sequence
         still expects its rate in the settled round, less FAIR_SLACK."""
         least = (self.each[i] + gain) / self.ref_each[i]
+        if self.reading:
+            least = min(least, 1.0)
         for j, e in enumerate(self.each):
             if j != i and e < least * self.ref_each[j]:
                 least = e / self.ref_each[j]
@@ -202,6 +206,8 @@ class _Plan:
 
     def is_fair(self) -> bool:
         least = min((e / r for e, r in zip(self.each, self.ref_each, strict=True)), default=1.0)
+        if self.reading:
+            least = min(least, 1.0)
         return self.seconds <= self.ref_s * least / (1 - FAIR_SLACK)
 
     def take(self, i: int) -> None:
