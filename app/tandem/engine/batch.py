@@ -331,15 +331,29 @@ class BatchEngine:
         self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         room = self.t_ctx.capacity - sum(len(p.tokens) for p in pieces)
+        rows_left = self.t_ctx.max_rows - sum(len(p.tokens) for p in pieces)
         chunks: list[Piece] = []
+        opening: list[_Seq] = []  # prompts read to their end here, with their first token
         # The shortest rest first: a short prompt beside a long one is read in this round.
         for s in sorted(prefilling, key=lambda s: len(s.req.prompt) - s.prefill_at):
-            n = min(chunk, len(s.req.prompt) - 1 - s.prefill_at, room)
-            if n > 0:
+            rest = len(s.req.prompt) - 1 - s.prefill_at
+            n = min(chunk, rest, room)
+            if n == rest and room > rest and rows_left > 0 and s.req.unread() < MAX_UNREAD:
+                # The rest and the last token, whose row gives the first token: the answer
+                # starts in this round, not in the next.
+                chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at :], "last"))
+                room -= rest + 1
+                rows_left -= 1
+                opening.append(s)
+            elif n > 0:
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at : s.prefill_at + n], "none"))
                 room -= n
         # (Exact output where check() allowed it: the reference kernels for the rows read.)
-        self.target.use_reference_kernels(any(s.req.config.exact for s in decoding))
+        self.target.use_reference_kernels(any(s.req.config.exact for s in (*decoding, *opening)))
+        for s in opening:  # (their answer's time starts with this round, as a first round's does)
+            s.prefill_at = len(s.req.prompt) - 1
+            s.drafter, s.drafts, s.qs, s.caught_up, s.k = "", [], [], 0, 0
+            self._prefilled(s)
         t1 = time.perf_counter()
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
@@ -347,7 +361,11 @@ class BatchEngine:
         if not chunks:  # (a prompt's tokens cost less than rows read: the table is of rows)
             self.costs.verify.add(n_tokens, t2 - t1)
         GOVERNOR.observe(("target", n_tokens), t2 - t1)
-        for c in chunks:
+        first_rows: dict[int, npt.NDArray[np.float32] | None] = {}
+        for c, logits in zip(chunks, rows[len(pieces) :], strict=True):
+            if c.outputs == "last":
+                first_rows[c.seq] = logits
+                continue
             s = self._active[c.seq]
             s.prefill_at += len(c.tokens)
             if s.decoding:
@@ -355,6 +373,10 @@ class BatchEngine:
         for s, logits in zip(decoding, rows, strict=False):
             assert logits is not None
             self._accept(s, logits, t1 - t0, t2 - t1)
+        for s in opening:
+            logits = first_rows[s.seq]
+            assert logits is not None
+            self._accept(s, logits, 0.0, t2 - t1)
         return True
 
     # ------------------------------------------------------------------ a round's parts
