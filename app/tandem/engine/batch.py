@@ -108,6 +108,10 @@ class _Seq:
     def decoding(self) -> bool:
         return self.prefill_at >= len(self.req.prompt) - 1
 
+    def no_drafts(self) -> None:
+        """This round's plan: nothing drafted (until _plan gives it K)."""
+        self.drafter, self.drafts, self.qs, self.caught_up, self.k = "", [], [], 0, 0
+
 
 class BatchEngine:
     """N sequences of one pair; `submit` from any thread, `run` in the engine's thread."""
@@ -330,8 +334,9 @@ class BatchEngine:
         t0 = time.perf_counter()
         self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
-        room = self.t_ctx.capacity - sum(len(p.tokens) for p in pieces)
-        rows_left = self.t_ctx.max_rows - sum(len(p.tokens) for p in pieces)
+        verify_rows = sum(len(p.tokens) for p in pieces)
+        room = self.t_ctx.capacity - verify_rows
+        rows_left = self.t_ctx.max_rows - verify_rows
         chunks: list[Piece] = []
         opening: list[_Seq] = []  # prompts read to their end here, with their first token
         # The shortest rest first: a short prompt beside a long one is read in this round.
@@ -352,19 +357,19 @@ class BatchEngine:
         self.target.use_reference_kernels(any(s.req.config.exact for s in (*decoding, *opening)))
         for s in opening:  # (their answer's time starts with this round, as a first round's does)
             s.prefill_at = len(s.req.prompt) - 1
-            s.drafter, s.drafts, s.qs, s.caught_up, s.k = "", [], [], 0, 0
+            s.no_drafts()
             self._prefilled(s)
         t1 = time.perf_counter()
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
-        n_tokens = sum(len(p.tokens) for p in pieces) + sum(len(c.tokens) for c in chunks)
+        n_tokens = verify_rows + sum(len(c.tokens) for c in chunks)
         if not chunks:  # (a prompt's tokens cost less than rows read: the table is of rows)
             self.costs.verify.add(n_tokens, t2 - t1)
         GOVERNOR.observe(("target", n_tokens), t2 - t1)
-        first_rows: dict[int, npt.NDArray[np.float32] | None] = {}
+        first_rows = []  # (the opening prompts' rows, in their order)
         for c, logits in zip(chunks, rows[len(pieces) :], strict=True):
             if c.outputs == "last":
-                first_rows[c.seq] = logits
+                first_rows.append(logits)
                 continue
             s = self._active[c.seq]
             s.prefill_at += len(c.tokens)
@@ -373,8 +378,7 @@ class BatchEngine:
         for s, logits in zip(decoding, rows, strict=False):
             assert logits is not None
             self._accept(s, logits, t1 - t0, t2 - t1)
-        for s in opening:
-            logits = first_rows[s.seq]
+        for s, logits in zip(opening, first_rows, strict=True):
             assert logits is not None
             self._accept(s, logits, 0.0, t2 - t1)
         return True
@@ -388,7 +392,7 @@ class BatchEngine:
             config = s.req.config
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
             k_max = max(0, min(config.k_max, budget)) if s.kind else 0
-            s.drafter, s.drafts, s.qs, s.caught_up = "", [], [], 0
+            s.no_drafts()
             found: list[int] = []
             if s.lookup is not None and k_max:
                 found = s.lookup.candidates(s.history, k_max)

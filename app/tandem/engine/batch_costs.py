@@ -124,7 +124,7 @@ class BatchCosts:
                     level.take(i)
                 added = level.seconds - plan.seconds
                 worth = (level.tokens - plan.tokens) / added if added > 0 else float("inf")
-                if level.is_fair() and worth > best:
+                if level.fair() and worth > best:
                     plan = level
                     free = [i for i in free if plan.ks[i] < wants[i].k_max]
                     continue
@@ -158,7 +158,6 @@ class _Plan:
         self.ks = [0] * len(wants)
         self.rows = len(wants) + other_tokens
         self.steps: dict[int, int] = {}  # draft step -> tokens decoded in it
-        self.tokens = float(len(wants))
         self.seconds = costs.verify.at(self.rows) if wants else 1.0
         self.each = [1.0] * len(wants)  # each sequence's expected tokens
         # A prompt being read in the round is slowed by drafts too, and gains nothing from them.
@@ -166,6 +165,10 @@ class _Plan:
         # The round every sequence's rate is kept at (settle): its seconds, and their tokens.
         self.ref_s = self.seconds
         self.ref_each = list(self.each)
+
+    @property
+    def tokens(self) -> float:
+        return sum(self.each)
 
     def rate(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
@@ -193,22 +196,13 @@ class _Plan:
         self.ref_s = self.seconds
         self.ref_each = list(self.each)
 
-    def fair(self, i: int, gain: float, cost: float) -> bool:
-        """Whether, with sequence i's next draft (`gain` tokens, `cost` seconds), every sequence
-        still expects its rate in the settled round, less FAIR_SLACK."""
-        least = (self.each[i] + gain) / self.ref_each[i]
-        if self.reading:
-            least = min(least, 1.0)
-        for j, e in enumerate(self.each):
-            if j != i and e < least * self.ref_each[j]:
-                least = e / self.ref_each[j]
+    def fair(self, i: int = -1, gain: float = 0.0, cost: float = 0.0) -> bool:
+        """Whether, with sequence i's next draft (`gain` tokens, `cost` seconds; none: the plan as
+        it is), every sequence still expects its rate in the settled round, less FAIR_SLACK."""
+        least = 1.0 if self.reading else float("inf")
+        for j, (e, ref) in enumerate(zip(self.each, self.ref_each, strict=True)):
+            least = min(least, (e + gain if j == i else e) / ref)
         return self.seconds + cost <= self.ref_s * least / (1 - FAIR_SLACK)
-
-    def is_fair(self) -> bool:
-        least = min((e / r for e, r in zip(self.each, self.ref_each, strict=True)), default=1.0)
-        if self.reading:
-            least = min(least, 1.0)
-        return self.seconds <= self.ref_s * least / (1 - FAIR_SLACK)
 
     def take(self, i: int) -> None:
         gain, cost = self.step(i)
@@ -218,7 +212,6 @@ class _Plan:
             j = k + 1
             self.steps[j] = self.steps.get(j, 0) + (w.lag if j == 1 else 1)
         self.rows += 1
-        self.tokens += gain
         self.seconds += cost
         self.ks[i] = k + 1
 

@@ -260,7 +260,7 @@ def create_app(pair: ModelPair, settings: ServeSettings) -> FastAPI:
         except TandemError as exc:  # text that is not Unicode...
             raise bad_request(str(exc), param=param) from None
 
-    # Added last, run first: the Host, then the body's size, then the key (check_key).
+    # Added last, run first: the Host, then the body's size, then the key (KeyGuard).
     limit = settings.max_body if settings.max_body is not None else body_limit(pair.context_size)
     if settings.api_key:
         app.add_middleware(KeyGuard, key=settings.api_key)
