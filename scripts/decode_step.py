@@ -4,8 +4,8 @@ one-row decode as `tandem serve` drives it (engine/sequences.py), next to llama-
 
 Each variant runs in a fresh process (libgomp reads its environment once, at load), alternated
 over --runs: a context of --seq sequences, a 30-token prompt, then one-token decodes with their
-logits read, --tokens of them; the median per run. The variants: Tandem as it starts (its short
-OpenMP spin, GOMP_SPINCOUNT=300, engine/threads.py), libgomp's default spin (as llama-server and
+logits read, --tokens of them; the median per run. The variants: Tandem as it starts (its OpenMP
+spin, GOMP_SPINCOUNT=10000, engine/threads.py), libgomp's default spin (as llama-server and
 llama-bench run), and with --llama-bench the tool's tg figure for the same file and threads.
 
     .venv/bin/python scripts/decode_step.py                     # SmolLM2-135M F16
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = Path("~/.cache/tandem/test-models/SmolLM2-135M-Instruct.F16.gguf").expanduser()
 # libgomp's own default (what llama.cpp's tools run with) against Tandem's.
-VARIANTS = {"tandem (spin 300)": None, "libgomp default (spin 300000)": "300000"}
+VARIANTS = {"tandem (spin 10000)": None, "libgomp default (spin 300000)": "300000"}
 
 
 def _child(model: str, n_seq: int, tokens: int, threads: int) -> None:

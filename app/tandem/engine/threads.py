@@ -14,17 +14,26 @@ Two causes made a second process ruinous (a second Tandem, a build, a browser; m
   waits at every barrier for the slower one, and a thread sharing its core with a neighbour
   runs at half speed: one thread then goes faster than two.
 
-So the thread count follows the machine: `ThreadPolicy` decides from two signals, the CPU
-time other processes took (Linux's /proc/stat, less this process's own) and target steps
-taking much longer than the steady state measured for their batch size, and
-`ThreadGovernor` applies its decisions to every llama.cpp context of the process between
-rounds (`llama_set_n_threads`; the target and the draft never compute at the same time, so
-they share one count). A lower count is tried back when cores come free, by a probe that is
-kept only if steps run at their steady speed again.
+So the thread count follows the machine: `ThreadPolicy` decides from three signals, how long
+our computing threads waited for a CPU during the last step (Linux's schedstat `run_delay`:
+a neighbour shows in the very step it arrives), the CPU time other processes took (/proc/stat,
+less this process's own) and target steps taking much longer than the steady state measured
+for their batch size; `ThreadGovernor` applies its decisions to every llama.cpp context of the
+process between rounds (`llama_set_n_threads`; the target and the draft never compute at the
+same time, so they share one count). A lower count is tried back when cores come free, by a
+probe that is kept only if steps run at their steady speed again.
+
+The spin is therefore not what keeps a busy machine usable (the thread count is: one thread
+has no barriers); it only bounds what a step costs in which a neighbour arrives, before the
+count can follow. So it is long enough that an idle machine never sleeps at a barrier (a wake
+costs a VM's vCPU 50-100+ microseconds on some hosts: a spin of 300 cost one Intel VM 43% of
+its speed) and far shorter than libgomp's own (up to ~10 ms a barrier on a contended core).
+Measured in docs/benchmarks.md, "A busy machine".
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -32,10 +41,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Pauses a libgomp thread spins at a barrier before it sleeps. Measured (SmolLM2-135M F16,
-# 2-core VM): 300 and 1000 keep the idle speed (100 costs 30%: every barrier then sleeps);
-# two processes at once got 53 and 32 tok/s each, against 0.8-30 with the default.
-OPENMP_SPINCOUNT = "300"
+# Pauses a libgomp thread spins at a barrier before it sleeps (libgomp's default: 300,000).
+# Measured on two 2-core VMs (SmolLM2-135M F16, docs/benchmarks.md): 300 cost an Intel Xeon VM
+# 43% of its idle speed (its vCPUs wake slowly), 3,000 and more none there; a neighbour arriving
+# mid-step costs at most this spin per barrier until the thread count follows (one step).
+OPENMP_SPINCOUNT = "10000"
 
 
 def configure_openmp() -> None:
@@ -114,18 +124,75 @@ class CpuMeter:
         return self.others
 
 
+# ----------------------------------------------------------------------------- waiting for a CPU
+class WaitMeter:
+    """How long this process's computing threads waited for a CPU: the sum of Linux's
+    schedstat `run_delay` (nanoseconds a runnable thread spent queued) over the thread that
+    drives llama.cpp and the threads Python did not start (OpenMP's workers). Unlike /proc/stat's
+    10 ms ticks it is exact for a single step, so a neighbour shows in the step it arrives.
+    Python's other threads (the app's UI, the server's loop) are left out: they wait for the
+    computing threads, which is not a neighbour. None where schedstat cannot be read."""
+
+    def __init__(self, root: str = "/proc/self/task") -> None:
+        self._root = root
+        self._fds: dict[int, int] = {}  # thread id -> its open schedstat
+        self._driver = 0  # the thread that read last (the engine's)
+        self.ok = os.path.isdir(root)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = {}
+
+    def refresh(self) -> None:
+        """Find the threads again (after the thread count changed, OpenMP may have started
+        workers; the engine may run on another thread)."""
+        self.close()
+        self._driver = threading.get_native_id()
+        try:
+            tids = {int(t) for t in os.listdir(self._root)}
+        except (OSError, ValueError):
+            self.ok = False
+            return
+        python = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+        for tid in (tids - python) | {self._driver}:
+            with contextlib.suppress(OSError):
+                self._fds[tid] = os.open(f"{self._root}/{tid}/schedstat", os.O_RDONLY)
+        self.ok = bool(self._fds)
+
+    def read(self) -> int | None:
+        """Nanoseconds waited in all, or None (not Linux, or no schedstat)."""
+        if not self.ok:
+            return None
+        if self._driver != threading.get_native_id():
+            self.refresh()
+        total = 0
+        for tid, fd in list(self._fds.items()):
+            try:
+                total += int(os.pread(fd, 64, 0).split()[1])
+            except (OSError, ValueError, IndexError):  # the thread ended
+                os.close(fd)
+                del self._fds[tid]
+        return total
+
+
 # ----------------------------------------------------------------------------- the decisions
 @dataclass
 class ThreadPolicy:
     """How many threads to compute with, from what the steps and the machine show. Pure: the
     clock and the observations are given (tests drive it with fake step times).
 
+    * Down at once: our computing threads waited for a CPU `waiting` or more of the time
+      since the last step (a neighbour took a core: every barrier now waits for a thread that
+      is not running), to the cores left.
     * Down: a window of steps whose median takes SLOW times its steady state (the fastest
       recently seen for that batch size at that count), or others busy on so many cores that
       ours would share theirs, sets the count to the cores left (at least 1).
     * Up: after `hold_s` at a lower count, if the cores others leave allow more (or nothing
       says: no /proc/stat), a probe runs one window at the full count; steps near their
-      steady state keep it, else the count goes back and the next probe waits twice as long.
+      steady state keep it, else the count goes back and the next probe waits twice as long
+      (a probe whose first step waits for a CPU goes back at once).
     """
 
     n_max: int
@@ -133,6 +200,9 @@ class ThreadPolicy:
     level: int = 0
     slow: float = 1.5  # median step / steady state that counts as contended
     fine: float = 1.3  # a probe at most this slow is kept
+    # Share of the time our threads may wait for a CPU (idle: under 1%; a neighbour on one of
+    # two cores: 25-50% from its first step, measured on a 2-core VM).
+    waiting: float = 0.15
     window_steps: int = 3
     window_s: float = 0.05
     hold_s: float = 0.5  # at a lower count before the first probe
@@ -152,12 +222,17 @@ class ThreadPolicy:
     def steady(self, key: object) -> float | None:
         return self._baseline.get((self.level, key))
 
-    def observe(self, now: float, key: object, seconds: float, others: float | None) -> int | None:
+    def observe(
+        self, now: float, key: object, seconds: float, others: float | None, waited: float | None = None
+    ) -> int | None:
         """A step of kind `key` (comparable with other steps of the same key: a batch size)
-        took `seconds`; `others`: cores other processes used lately (None: unknown). Returns
-        the new thread count when it changes."""
+        took `seconds`; `others`: cores other processes used lately (None: unknown); `waited`:
+        the share of the time since the last step our computing threads spent waiting for a
+        CPU (None: unknown). Returns the new thread count when it changes."""
         if self.n_max <= 1 or not (seconds > 0 and math.isfinite(seconds)):
             return None
+        if waited is not None and waited >= self.waiting and self.level > 1:
+            return self._crowded(now, waited, others)
         b = (self.level, key)
         base = self._baseline.get(b)
         # The steady state: the fastest step seen, let drift up slowly (0.5% a step) so a
@@ -199,6 +274,21 @@ class ThreadPolicy:
             return self._set(self.n_max)
         return None
 
+    def _crowded(self, now: float, waited: float, others: float | None) -> int | None:
+        """Threads waited for a CPU: as many fewer as the cores they lacked (at least one),
+        or the cores /proc/stat says are left; a probe goes back at once."""
+        if self._probe_from:
+            back, self._probe_from = self._probe_from, 0
+            self._backoff = min(self.max_hold_s, self._backoff * 2)
+            self._next_probe = now + self._backoff
+            return self._set(min(back, self.level - 1))
+        lacked = max(1, round(waited * self.level))
+        fits = self.level - lacked
+        if others is not None:
+            fits = min(fits, math.floor(self.n_cpus - others + 0.25))
+        self._next_probe = now + self._backoff
+        return self._set(max(1, fits))
+
     def _set(self, level: int) -> int | None:
         if level == self.level:
             return None
@@ -227,6 +317,8 @@ class ThreadGovernor:
         self._lock = threading.Lock()
         self._contexts: dict[int, int] = {}  # context -> its most threads
         self._meter = meter
+        self._waits = WaitMeter()
+        self._waited: tuple[float, int] | None = None  # (when, ns) at the last step
         self.policy: ThreadPolicy | None = None
         self.adaptive = os.environ.get("TANDEM_ADAPTIVE_THREADS", "on").strip().lower() not in ("off", "0")
 
@@ -267,8 +359,30 @@ class ThreadGovernor:
         if self._meter is None:
             self._meter = CpuMeter()
         others = self._meter.update()
+        waited = self._waited_share(policy.level)
         with self._lock:
-            level = policy.observe(self._clock(), key, seconds, others)
+            level = policy.observe(self._clock(), key, seconds, others, waited)
             if level is not None:
                 for ctx, most in self._contexts.items():
                     self._set_threads(ctx, min(most, level))
+                self._waited = None
+                if level > 1:
+                    self._waits.refresh()  # (OpenMP may start workers for the new count)
+
+    # Longer than this since the last step (a pause between answers), the share is not a step's.
+    _WAIT_SPAN_S = 1.0
+
+    def _waited_share(self, level: int) -> float | None:
+        """The share of the time since the last step that `level` computing threads waited for
+        a CPU, or None (the first step, after a pause, one thread, or no schedstat)."""
+        if level <= 1:
+            self._waited = None
+            return None
+        ns = self._waits.read()
+        if ns is None:
+            return None
+        now = time.monotonic()
+        last, self._waited = self._waited, (now, ns)
+        if last is None or not 0 < now - last[0] <= self._WAIT_SPAN_S:
+            return None
+        return (ns - last[1]) / 1e9 / ((now - last[0]) * level)
