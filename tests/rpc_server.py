@@ -1,10 +1,10 @@
-"""llama.cpp's rpc-server for the RPC tests: built from the same llama.cpp as the bindings, cached
-(scripts/llama_tools.py: a few minutes once), and started on 127.0.0.1."""
+"""llama.cpp's rpc-server for the RPC tests (and its llama-bench for the bench's comparison): built
+from the same llama.cpp as the bindings, cached (tandem.bench.llama_tools: a few minutes once),
+and started on 127.0.0.1."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import socket
 import subprocess
@@ -12,24 +12,24 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = "ggml-rpc-server"
 
 
-def _llama_tools() -> Any:
-    spec = importlib.util.spec_from_file_location("tandem_llama_tools", ROOT / "scripts" / "llama_tools.py")
-    assert spec is not None and spec.loader is not None
-    tools = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tools)
-    return tools
+# The programs the tests use, built together where missing (one configure, one build).
+PROGRAMS = (BINARY, "llama-bench")
 
 
 def binary() -> Path:
-    """The cached rpc-server (scripts/llama_tools.py), built first if needed."""
-    path: Path = _llama_tools().build(BINARY)[BINARY]
-    return path
+    """The cached rpc-server (tandem.bench.llama_tools), built first if needed."""
+    return build(BINARY)
+
+
+def build(program: str) -> Path:
+    from tandem.bench.llama_tools import build as build_programs
+
+    return build_programs(*PROGRAMS)[program]
 
 
 def free_port() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem import __version__
+from tandem.bench import versus
 from tandem.bench.chart import speedup_chart
 from tandem.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from tandem.bench.report import build_report
@@ -72,6 +73,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--raw", action="store_true", help="send prompts without the chat template")
     p.add_argument("--json", metavar="OUT", type=Path, help="write the full results as JSON")
     p.add_argument("--chart", metavar="PNG", type=Path, help="draw the speedups per category as a PNG")
+    p.add_argument(
+        "--llama-bench",
+        metavar="WHICH",
+        default="auto",
+        help="llama.cpp's own plain decode of the target, timed between the prompts and printed beside "
+        "Tandem's: auto (llama-bench built from the vendored llama.cpp, where built), build (build it "
+        "first: minutes, once), off, or the path of a llama-bench",
+    )
     p.set_defaults(func=bench, options=bench_options)
 
 
@@ -112,6 +121,9 @@ def bench(opts: BenchOptions) -> int:
         sizes = range(2, k_top + 2)
         greedy = base.sampler.greedy
         costs = measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy)
+        llama = _llama_bench(opts, pair, base.max_tokens)
+        if llama is not None:
+            llama.measure(pair.target.path)
         c = f"{costs.c:.2f}" if costs.c is not None else "n/a (no draft model)"
         print(
             f"costs: target step {1000 * costs.target_step_s:.1f} ms; c = {c}; lookup search "
@@ -128,6 +140,8 @@ def bench(opts: BenchOptions) -> int:
             print(f"[{i + 1}/{len(prompts)}] {prompts[i].category}: done", file=sys.stderr)
             if i + 1 in checkpoints:
                 measured.append(measure_costs(pair.target, pair.draft, context, sizes, greedy=greedy))
+                if llama is not None:
+                    llama.measure(pair.target.path)
 
         records = run_bench(pair, prompts, encoded, settings, base, opts.runs, progress)
         meta = {
@@ -149,6 +163,13 @@ def bench(opts: BenchOptions) -> int:
         costs = mean_costs(measured)
         meta["costs_measured"] = len(measured)
         report = build_report(prompts, settings, records, costs, meta)
+        if llama is not None:
+            if llama.error is not None:
+                print(f"note: {llama.error}", file=sys.stderr)
+            report["llama_bench"] = llama.summary(
+                report["overall"][settings[0].name]["baseline_tokens_per_s"],
+                {name: group["speculative_tokens_per_s"] for name, group in report["overall"].items()},
+            )
         _keep_measurement(pair, report, exact=any(r.stats.exact for r in records))
     print(format_tables(report, prompts))
     if opts.json:
@@ -168,6 +189,18 @@ def bench(opts: BenchOptions) -> int:
         )
         print(f"chart written to {opts.chart}", file=sys.stderr)
     return 0
+
+
+def _llama_bench(opts: BenchOptions, pair: ModelPair, tokens: int) -> versus.LlamaBench | None:
+    """llama.cpp's llama-bench for the target, where there is one (else a note)."""
+    on_gpu = pair.target.gpu_layers != 0
+    path, note = versus.find(opts.llama_bench, on_gpu)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
+    if path is None:
+        return None
+    layers = pair.target.gpu_layers if on_gpu else 0
+    return versus.LlamaBench(path, tokens, pair.target.n_threads, 99 if layers < 0 else layers)
 
 
 def _table(rows: list[tuple[str, ...]], right_from: int) -> list[str]:
@@ -297,6 +330,20 @@ def format_tables(report: dict[str, Any], prompts: list[BenchPrompt]) -> str:
             )
             out.append(f"  {cat}: best fixed {d['best_fixed']} {d['best_fixed_speedup']:.2f}x; {ratios}")
         out.append("")
+    llama = report.get("llama_bench")
+    if llama:
+        where = "on the GPU" if llama["gpu_layers"] else f"{llama['threads']} threads"
+        ratios = "; ".join(
+            f"{n} {report['overall'][n]['speculative_tokens_per_s']:.1f} tok/s ({v:.2f}x)"
+            for n, v in llama["settings_vs_llama"].items()
+        )
+        out += [
+            f"against llama.cpp's own plain decode (llama-bench tg{llama['tokens']}, the same file, {where}; "
+            f"median of {len(llama['runs'])} runs between the prompts): {llama['tokens_per_s']:.1f} tok/s",
+            f"  Tandem's target alone {report['overall'][names[0]]['baseline_tokens_per_s']:.1f} tok/s "
+            f"({llama['target_alone_vs_llama']:.2f}x); {ratios}",
+            "",
+        ]
     r = report["run"]
     worst = max(report["overall"][n]["python_overhead"] for n in names)
     out.append(

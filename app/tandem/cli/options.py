@@ -225,6 +225,7 @@ class BenchOptions:
     raw: bool
     json: Path | None
     chart: Path | None
+    llama_bench: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         args.raw,
         args.json,
         args.chart,
+        args.llama_bench,
     )
 
 

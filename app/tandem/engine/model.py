@@ -225,6 +225,7 @@ class LoadedModel(KvMirror, Vocabulary):
             # would refuse a verify batch); only then: it makes every step a few percent slower.
             cparams.n_outputs_max_per_seq = opts.max_outputs
         n_threads = opts.n_threads or default_threads()
+        self.n_threads = n_threads  # the most CPU threads (the governor may use fewer: threads.py)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
