@@ -4,9 +4,10 @@ one-row decode as `tandem serve` drives it (engine/sequences.py), next to llama-
 
 Each variant runs in a fresh process (libgomp reads its environment once, at load), alternated
 over --runs: a context of --seq sequences, a 30-token prompt, then one-token decodes with their
-logits read, --tokens of them; the median per run. The variants: Tandem as it starts (its OpenMP
-spin, GOMP_SPINCOUNT=10000, engine/threads.py), libgomp's default spin (as llama-server and
-llama-bench run), and with --llama-bench the tool's tg figure for the same file and threads.
+logits read, --tokens of them; the median per run. The variants: Tandem as it starts (libgomp's
+own wait at barriers, as llama-server and llama-bench run: engine/threads.py), Tandem's spin until
+2026-11-28 (GOMP_SPINCOUNT=300), and with --llama-bench the tool's tg figure for the same file and
+threads.
 
     .venv/bin/python scripts/decode_step.py                     # SmolLM2-135M F16
     .venv/bin/python scripts/decode_step.py --llama-bench --tokens 30 \
@@ -26,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = Path("~/.cache/tandem/test-models/SmolLM2-135M-Instruct.F16.gguf").expanduser()
-# libgomp's own default (what llama.cpp's tools run with) against Tandem's.
-VARIANTS = {"tandem (spin 10000)": None, "libgomp default (spin 300000)": "300000"}
+# Tandem as it starts (libgomp's own default, as llama.cpp's tools) against its former short spin.
+VARIANTS = {"tandem (libgomp's default)": None, "GOMP_SPINCOUNT=300 (until 2026-11-28)": "300"}
 
 
 def _child(model: str, n_seq: int, tokens: int, threads: int) -> None:
@@ -35,9 +36,7 @@ def _child(model: str, n_seq: int, tokens: int, threads: int) -> None:
     from tandem.engine.config import LoadOptions
     from tandem.engine.model import LoadedModel
     from tandem.engine.sequences import Piece, SeqContext
-    from tandem.engine.threads import configure_openmp
 
-    configure_openmp()  # (as the CLI does; a GOMP_SPINCOUNT already set is left as it is)
     m = LoadedModel(model, LoadOptions(n_ctx=2048, n_threads=threads, n_seq=n_seq), role="target")
     ctx = SeqContext(m)
     prompt = [100 + t * 37 % 20000 for t in range(30)]

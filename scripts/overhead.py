@@ -34,14 +34,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 PROMPT = "Write a long story about a dragon who learns to write computer programs."
 
 
-def one_run(model: Path, speculative: bool, k: int, n: int, checkout: Path = ROOT) -> dict[str, float]:
+def one_run(
+    model: Path, speculative: bool, k: int, n: int, checkout: Path = ROOT, threads: int = 1
+) -> dict[str, float]:
     """One `tandem run --json` process of the code in `checkout`; its stats."""
     mode = ["--draft", str(model), "--drafter", "model", "--no-adaptive", "--draft-max", str(k)]
     # Exact output (where a checkout has it) caps K at 2 on repacked weights, which would make
     # this a measure of shorter rounds: both checkouts verify K tokens as before it existed.
     if "--no-exact" in (checkout / "app" / "tandem" / "cli" / "options.py").read_text(encoding="utf-8"):
         mode.append("--no-exact")
-    cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--threads", "1", "--target", str(model)]
+    cmd = [sys.executable, "-m", "tandem.cli.main", "run", "--threads", str(threads), "--target", str(model)]
     cmd += [*(mode if speculative else ["--baseline"]), "-n", str(n), "--json", PROMPT]
     # Its own code: the venv's install points at this checkout's app/, which PYTHONPATH overrides.
     env = {**os.environ, "PYTHONPATH": str(checkout / "app")}
@@ -90,6 +92,12 @@ def main() -> None:
         help="another checkout (e.g. `git worktree add /tmp/old REV`): its `tandem run --json` runs "
         "alternate with this one's, and both are printed",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="llama.cpp threads (1: Python alone on its core; 2+: with the thread governor's reads)",
+    )
     args = parser.parse_args()
     if args.stream and args.against is not None:
         parser.error("--stream runs in this process, so only with this checkout's code")
@@ -107,11 +115,12 @@ def main() -> None:
                 if args.stream:
                     figures = one_streamed_run(args.model, speculative, args.k, args.n)
                 else:
-                    figures = one_run(args.model, speculative, args.k, args.n, checkout)
+                    figures = one_run(args.model, speculative, args.k, args.n, checkout, args.threads)
                 results[f"{label}{mode}"].append(figures)
     how = "streamed by the CLI's writer, in process" if args.stream else "tandem run --json"
     print(
-        f"{args.model.name}, K={args.k} fixed, greedy, {args.n} tokens, --threads 1, {how}, {args.runs} runs"
+        f"{args.model.name}, K={args.k} fixed, greedy, {args.n} tokens, --threads {args.threads}, {how}, "
+        f"{args.runs} runs"
     )
     for name, runs in results.items():
         us = [r["us_per_token"] for r in runs]

@@ -23,7 +23,7 @@ keeps what it learnt across requests while each `tandem run` starts afresh), --t
     .venv/bin/python scripts/serve_bench.py clients [--pair smollm2|qwen|smollm2,qwen]
         [--clients 1,2,4,8] [--runs 2] [-n 64] [--requests 2]
         [--servers tandem,tandem-baseline,llama,llama-md] [--threads 2] [--slot-ctx 2048]
-        [--llama-draft-max 8] [--json OUT]
+        [--llama-draft-max 8] [--spin S] [--json OUT]
 
 Pairs: smollm2 (SmolLM2-135M F16 drafted by its Q4_1), qwen (Qwen2.5-Coder 1.5B drafted by
 0.5B, both Q4_K_M). For each pair, each N in --clients and each run, every server in turn (the
@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import importlib.util
 import json
 import os
 import platform
@@ -319,13 +318,10 @@ def _free_port() -> int:
 
 
 def _llama_server() -> Path:
-    """llama.cpp's llama-server, from scripts/llama_tools.py (built there once, then cached)."""
-    spec = importlib.util.spec_from_file_location("tandem_llama_tools", ROOT / "scripts" / "llama_tools.py")
-    assert spec is not None and spec.loader is not None
-    tools = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tools)
-    path: Path = tools.build("llama-server")["llama-server"]
-    return path
+    """llama.cpp's llama-server, from tandem.bench.llama_tools (built once, then cached)."""
+    from tandem.bench.llama_tools import build
+
+    return build("llama-server")["llama-server"]
 
 
 def _llama_args(
@@ -652,8 +648,16 @@ def clients_main(argv: list[str]) -> None:
     )
     parser.add_argument("--slot-ctx", type=int, default=2048, help="context per client (llama-server's slot)")
     parser.add_argument("--llama-draft-max", type=int, default=8, help="llama-md's --spec-draft-n-max")
+    parser.add_argument(
+        "--spin",
+        type=int,
+        help="GOMP_SPINCOUNT for every server (default: each its own: Tandem's 10,000, llama.cpp's "
+        "libgomp default of 300,000); both with one spin shows what else differs",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement and the medians here")
     args = parser.parse_args(argv)
+    if args.spin is not None:
+        os.environ["GOMP_SPINCOUNT"] = str(args.spin)  # (every server started below inherits it)
     if args.runs < 1 or args.requests < 1 or args.n < 1:
         parser.error("--runs, --requests and -n must be at least 1")
 

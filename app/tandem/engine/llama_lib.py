@@ -22,8 +22,6 @@ import threading
 import types
 from typing import Any
 
-from .threads import configure_openmp
-
 
 def _import_bindings() -> types.ModuleType:
     if "llama_cpp" not in sys.modules:
@@ -63,7 +61,6 @@ def _bindings() -> types.ModuleType:
     global _real
     with _lock:
         if _real is None:
-            configure_openmp()  # before llama.cpp's CPU backend loads libgomp (threads.py)
             _real = _import_bindings()
         return _real
 

@@ -531,6 +531,8 @@ class LoadedModel(KvMirror, Vocabulary):
                     self._out[m - 1] = 1
                 self._flags, self._flags_n = flags, m
             b.n_tokens = m
+            if m >= _PREFILL_TIMED:  # a prompt's chunk: cores a neighbour holds are left to it
+                GOVERNOR.before_prompt()
             t0 = time.perf_counter()
             rc = _llama_decode(self._ctx, b)
             if flags == "none" or rc != 0:

@@ -1,34 +1,26 @@
 """CPU threads on a machine that is also doing other things.
 
-Two causes made a second process ruinous (a second Tandem, a build, a browser; measured on a
-2-core VM, docs/benchmarks.md, "A busy machine"):
+llama.cpp's CPU backend runs each graph on an OpenMP team; a thread that reaches one of the
+graph's barriers (hundreds a token) first spins, by libgomp's default up to 300,000 pauses,
+before it sleeps. Tandem keeps that wait as llama.cpp has it: on an idle machine a barrier is
+then never a sleep, and a sleep costs a VM's vCPU a slow wake on some hosts (a spin of 300
+pauses, Tandem's until 2026-11-28, cost an Intel Xeon VM 43% of its speed). What a busy machine
+needs is fewer threads, not a shorter spin: with more runnable threads than cores the thread a
+barrier waits for is often off its core (two Tandems at once fell to 0.3 tok/s from 112), and
+one thread has no barriers. So the thread count follows the machine, and fast:
 
-* **Spinning.** llama.cpp's CPU backend runs each graph on an OpenMP team; a thread that
-  reaches one of the graph's barriers (hundreds a token) first spins, by libgomp's default
-  for up to 300,000 pauses, before it sleeps. With more runnable threads than cores, the
-  thread it waits for is often the one its spinning keeps off the core, so each barrier can
-  cost a scheduler time slice: two Tandems at once fell to 0.3 tok/s from 112. A short spin
-  (`GOMP_SPINCOUNT`, set here before libgomp is loaded, unless the user set it) keeps the
-  idle speed and bounds what a barrier can waste.
-* **More threads than free cores.** Even without spinning, a graph split over two threads
-  waits at every barrier for the slower one, and a thread sharing its core with a neighbour
-  runs at half speed: one thread then goes faster than two.
+* before a step (and before a prompt is read, one large graph), other processes' tasks
+  runnable right now (`RunQueue`): a neighbour already computing takes its cores first;
+* after a step, how long our computing threads waited for a CPU during it (`WaitMeter`,
+  Linux's schedstat `run_delay`): a neighbour that arrived mid-step shows in that step;
+* the CPU time other processes took lately (`CpuMeter`, /proc/stat) and steps much slower than
+  their steady state for their batch size (where the others cannot be read).
 
-So the thread count follows the machine: `ThreadPolicy` decides from three signals, how long
-our computing threads waited for a CPU during the last step (Linux's schedstat `run_delay`:
-a neighbour shows in the very step it arrives), the CPU time other processes took (/proc/stat,
-less this process's own) and target steps taking much longer than the steady state measured
-for their batch size; `ThreadGovernor` applies its decisions to every llama.cpp context of the
-process between rounds (`llama_set_n_threads`; the target and the draft never compute at the
-same time, so they share one count). A lower count is tried back when cores come free, by a
-probe that is kept only if steps run at their steady speed again.
-
-The spin is therefore not what keeps a busy machine usable (the thread count is: one thread
-has no barriers); it only bounds what a step costs in which a neighbour arrives, before the
-count can follow. So it is long enough that an idle machine never sleeps at a barrier (a wake
-costs a VM's vCPU 50-100+ microseconds on some hosts: a spin of 300 cost one Intel VM 43% of
-its speed) and far shorter than libgomp's own (up to ~10 ms a barrier on a contended core).
-Measured in docs/benchmarks.md, "A busy machine".
+`ThreadPolicy` decides from these, `ThreadGovernor` applies its count to every llama.cpp context
+of the process between rounds (`llama_set_n_threads`; the target and the draft never compute at
+the same time, so they share one count). A lower count is tried back when cores come free, by a
+probe that is kept only if steps run at their steady speed again. Measured in
+docs/benchmarks.md, "A busy machine".
 """
 
 from __future__ import annotations
@@ -40,19 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-# Pauses a libgomp thread spins at a barrier before it sleeps (libgomp's default: 300,000).
-# Measured on two 2-core VMs (SmolLM2-135M F16, docs/benchmarks.md): 300 cost an Intel Xeon VM
-# 43% of its idle speed (its vCPUs wake slowly), 3,000 and more none there; a neighbour arriving
-# mid-step costs at most this spin per barrier until the thread count follows (one step).
-OPENMP_SPINCOUNT = "10000"
-
-
-def configure_openmp() -> None:
-    """Bound OpenMP's spinning for llama.cpp, unless the user chose a policy. Must run before
-    llama.cpp's CPU backend (and with it libgomp) is loaded: libgomp reads its environment once."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPINCOUNT
 
 
 def usable_cpus() -> int:
@@ -177,6 +156,47 @@ class WaitMeter:
         return total
 
 
+class RunQueue:
+    """How many tasks of other processes are runnable right now: /proc/loadavg's count of
+    runnable tasks (the whole machine's) less this process's own threads in state R. A
+    neighbour already computing shows before a step starts, so the step can be split over the
+    cores left instead of waiting at every barrier for a thread that is not running. Our own
+    threads are counted (a scan of /proc/self/task) only when the machine's count exceeds what
+    ours could explain: the usual read is one pread. None where it cannot be read, or where this
+    process may not use every CPU (a container's cpuset: the count is the host's)."""
+
+    def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task") -> None:
+        self._tasks = tasks
+        self._fd: int | None = None
+        try:
+            whole = os.cpu_count() or 0
+            if len(os.sched_getaffinity(0)) >= whole > 0:
+                self._fd = os.open(loadavg, os.O_RDONLY)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    def others(self, ours: int) -> int | None:
+        """Other processes' runnable tasks; `ours`: how many of this process's threads may be
+        running now (the one asking, OpenMP's spinning workers, one more of Python's)."""
+        if self._fd is None:
+            return None
+        try:
+            running = int(os.pread(self._fd, 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+            return None
+        if running <= ours:
+            return 0
+        mine = 0
+        try:
+            for tid in os.listdir(self._tasks):
+                with contextlib.suppress(OSError, IndexError), open(f"{self._tasks}/{tid}/stat", "rb") as fh:
+                    mine += fh.read(512).rsplit(b")", 1)[1].split()[0] == b"R"
+        except OSError:
+            return None
+        return max(0, running - max(mine, 1))
+
+
 # ----------------------------------------------------------------------------- the decisions
 @dataclass
 class ThreadPolicy:
@@ -185,7 +205,8 @@ class ThreadPolicy:
 
     * Down at once: our computing threads waited for a CPU `waiting` or more of the time
       since the last step (a neighbour took a core: every barrier now waits for a thread that
-      is not running), to the cores left.
+      is not running) while others used half a core or more (or twice that wait whatever
+      /proc/stat says), to the cores left.
     * Down: a window of steps whose median takes SLOW times its steady state (the fastest
       recently seen for that batch size at that count), or others busy on so many cores that
       ours would share theirs, sets the count to the cores left (at least 1).
@@ -214,6 +235,7 @@ class ThreadPolicy:
     _probe_from: int = 0  # the level a probe came from (0: no probe running)
     _next_probe: float = 0.0
     _backoff: float = 0.0
+    _runnable: int = 0  # other processes' runnable tasks at the last look
 
     def __post_init__(self) -> None:
         self.level = self.level or self.n_max
@@ -223,7 +245,13 @@ class ThreadPolicy:
         return self._baseline.get((self.level, key))
 
     def observe(
-        self, now: float, key: object, seconds: float, others: float | None, waited: float | None = None
+        self,
+        now: float,
+        key: object,
+        seconds: float,
+        others: float | None,
+        waited: float | None = None,
+        runnable: int | None = None,
     ) -> int | None:
         """A step of kind `key` (comparable with other steps of the same key: a batch size)
         took `seconds`; `others`: cores other processes used lately (None: unknown); `waited`:
@@ -231,7 +259,18 @@ class ThreadPolicy:
         CPU (None: unknown). Returns the new thread count when it changes."""
         if self.n_max <= 1 or not (seconds > 0 and math.isfinite(seconds)):
             return None
-        if waited is not None and waited >= self.waiting and self.level > 1:
+        level = self.before(now, runnable)
+        if level is not None:
+            return level
+        # Our own Python threads (a server's loop sending a round's chunks) make the computing
+        # threads wait too, in bursts: that is no neighbour unless /proc/stat agrees (or says
+        # nothing), or the wait is twice as long.
+        if (
+            waited is not None
+            and waited >= self.waiting
+            and self.level > 1
+            and (others is None or others >= 0.5 or waited >= 2 * self.waiting)
+        ):
             return self._crowded(now, waited, others)
         b = (self.level, key)
         base = self._baseline.get(b)
@@ -268,11 +307,24 @@ class ThreadPolicy:
             self._next_probe = now + self._backoff
             return self._set(max(1, min(self.level - 1, fits)))
         if self.level < self.n_max and now >= self._next_probe:
-            if free is not None and free < self.level + 0.75:
+            if (free is not None and free < self.level + 0.75) or self._runnable:
                 return None  # no core free: nothing to try yet (asked again next window)
             self._probe_from = self.level
             return self._set(self.n_max)
         return None
+
+    def before(self, now: float, runnable: int | None) -> int | None:
+        """Before a step: other processes' tasks runnable now (RunQueue). Seen twice in a row
+        (a kernel thread's instant is not a neighbour), so many that ours would share cores
+        with them: down to the cores left at once."""
+        seen, self._runnable = self._runnable, runnable or 0
+        if not runnable or not seen or self.level <= 1 or self.level + runnable <= self.n_cpus:
+            return None
+        if self._probe_from:
+            self._probe_from = 0
+            self._backoff = min(self.max_hold_s, self._backoff * 2)
+        self._next_probe = now + self._backoff
+        return self._set(max(1, self.n_cpus - runnable))
 
     def _crowded(self, now: float, waited: float, others: float | None) -> int | None:
         """Threads waited for a CPU: as many fewer as the cores they lacked (at least one),
@@ -318,6 +370,7 @@ class ThreadGovernor:
         self._contexts: dict[int, int] = {}  # context -> its most threads
         self._meter = meter
         self._waits = WaitMeter()
+        self._queue = RunQueue()
         self._waited: tuple[float, int] | None = None  # (when, ns) at the last step
         self.policy: ThreadPolicy | None = None
         self.adaptive = os.environ.get("TANDEM_ADAPTIVE_THREADS", "on").strip().lower() not in ("off", "0")
@@ -360,14 +413,36 @@ class ThreadGovernor:
             self._meter = CpuMeter()
         others = self._meter.update()
         waited = self._waited_share(policy.level)
+        runnable = self._queue.others(policy.level + 1) if policy.level > 1 else None
         with self._lock:
-            level = policy.observe(self._clock(), key, seconds, others, waited)
+            level = policy.observe(self._clock(), key, seconds, others, waited, runnable)
             if level is not None:
                 for ctx, most in self._contexts.items():
                     self._set_threads(ctx, min(most, level))
                 self._waited = None
                 if level > 1:
                     self._waits.refresh()  # (OpenMP may start workers for the new count)
+
+    def before_prompt(self) -> None:
+        """Before a prompt is read (one large graph, at the start of an answer): a neighbour
+        already computing takes its cores now, not after the graph (RunQueue, looked at twice:
+        the second look follows the first by a few milliseconds of CPU meter reading)."""
+        policy = self.policy
+        if policy is None or not self.adaptive or policy.level <= 1:
+            return
+        first = self._queue.others(1)  # (after a pause OpenMP's workers sleep: ours is this one)
+        if not first:
+            return
+        if self._meter is None:
+            self._meter = CpuMeter()
+        self._meter.update()
+        with self._lock:
+            policy.before(self._clock(), first)
+            level = policy.before(self._clock(), self._queue.others(1))
+            if level is not None:
+                for ctx, most in self._contexts.items():
+                    self._set_threads(ctx, min(most, level))
+                self._waited = None
 
     # Longer than this since the last step (a pause between answers), the share is not a step's.
     _WAIT_SPAN_S = 1.0
