@@ -105,55 +105,42 @@ class CpuMeter:
 
 # ----------------------------------------------------------------------------- waiting for a CPU
 class WaitMeter:
-    """How long this process's computing threads waited for a CPU: the sum of Linux's
-    schedstat `run_delay` (nanoseconds a runnable thread spent queued) over the thread that
-    drives llama.cpp and the threads Python did not start (OpenMP's workers). Unlike /proc/stat's
-    10 ms ticks it is exact for a single step, so a neighbour shows in the step it arrives.
-    Python's other threads (the app's UI, the server's loop) are left out: they wait for the
-    computing threads, which is not a neighbour. None where schedstat cannot be read."""
+    """How long the thread that drives llama.cpp waited for a CPU: Linux's schedstat
+    `run_delay` (nanoseconds a runnable thread spent queued). Unlike /proc/stat's 10 ms ticks it
+    is exact for a single step, so a neighbour shows in the step it arrives: with more runnable
+    threads than cores every thread of a team waits its turn, the driver as much as OpenMP's
+    workers (measured: within 10% of each other). One read a step; Python's other threads (the
+    app's UI, the server's loop) are not counted. None where schedstat cannot be read."""
 
     def __init__(self, root: str = "/proc/self/task") -> None:
         self._root = root
-        self._fds: dict[int, int] = {}  # thread id -> its open schedstat
-        self._driver = 0  # the thread that read last (the engine's)
+        self._fd: int | None = None
+        self._driver = 0  # the thread whose schedstat is open (the engine's)
         self.ok = os.path.isdir(root)
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        if self._fd is not None:
             with contextlib.suppress(OSError):
-                os.close(fd)
-        self._fds = {}
-
-    def refresh(self) -> None:
-        """Find the threads again (after the thread count changed, OpenMP may have started
-        workers; the engine may run on another thread)."""
-        self.close()
-        self._driver = threading.get_native_id()
-        try:
-            tids = {int(t) for t in os.listdir(self._root)}
-        except (OSError, ValueError):
-            self.ok = False
-            return
-        python = {t.native_id for t in threading.enumerate() if t.native_id is not None}
-        for tid in (tids - python) | {self._driver}:
-            with contextlib.suppress(OSError):
-                self._fds[tid] = os.open(f"{self._root}/{tid}/schedstat", os.O_RDONLY)
-        self.ok = bool(self._fds)
+                os.close(self._fd)
+            self._fd = None
 
     def read(self) -> int | None:
-        """Nanoseconds waited in all, or None (not Linux, or no schedstat)."""
+        """Nanoseconds the calling thread waited in all, or None (not Linux, or no schedstat)."""
         if not self.ok:
             return None
-        if self._driver != threading.get_native_id():
-            self.refresh()
-        total = 0
-        for tid, fd in list(self._fds.items()):
+        if self._fd is None or self._driver != threading.get_native_id():
+            self.close()
+            self._driver = threading.get_native_id()
             try:
-                total += int(os.pread(fd, 64, 0).split()[1])
-            except (OSError, ValueError, IndexError):  # the thread ended
-                os.close(fd)
-                del self._fds[tid]
-        return total
+                self._fd = os.open(f"{self._root}/{self._driver}/schedstat", os.O_RDONLY)
+            except OSError:
+                self.ok = False
+                return None
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            self.close()
+            return None
 
 
 class RunQueue:
@@ -420,8 +407,6 @@ class ThreadGovernor:
                 for ctx, most in self._contexts.items():
                     self._set_threads(ctx, min(most, level))
                 self._waited = None
-                if level > 1:
-                    self._waits.refresh()  # (OpenMP may start workers for the new count)
 
     def before_prompt(self) -> None:
         """Before a prompt is read (one large graph, at the start of an answer): a neighbour
@@ -448,8 +433,8 @@ class ThreadGovernor:
     _WAIT_SPAN_S = 1.0
 
     def _waited_share(self, level: int) -> float | None:
-        """The share of the time since the last step that `level` computing threads waited for
-        a CPU, or None (the first step, after a pause, one thread, or no schedstat)."""
+        """The share of the time since the last step that the driving thread waited for a CPU,
+        or None (the first step, after a pause, one thread, or no schedstat)."""
         if level <= 1:
             self._waited = None
             return None
@@ -460,4 +445,4 @@ class ThreadGovernor:
         last, self._waited = self._waited, (now, ns)
         if last is None or not 0 < now - last[0] <= self._WAIT_SPAN_S:
             return None
-        return (ns - last[1]) / 1e9 / ((now - last[0]) * level)
+        return (ns - last[1]) / 1e9 / (now - last[0])
