@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What exact output costs, and whether it holds: docs/benchmarks.md, "Exact output".
+"""What exact output costs, and whether it holds: docs/results/history.md, "Exact output".
 
     .venv/bin/python scripts/exact_cost.py rows      # one decode of n = 1..13 rows, per kernels
     .venv/bin/python scripts/exact_cost.py rows --kv 600

@@ -58,7 +58,7 @@ def stepwise_joint(
     """P(t1 .. tn) as the target alone computes it in a generation: the prompt but its last token
     prefilled, then one token at a time (`exact`: with the kernels an exact generation uses).
     exact_joint's single batch per branch rounds like a prefill, which on K-quant models is
-    up to 0.5 logits away from this (docs/benchmarks.md, "Exact output")."""
+    up to 0.5 logits away from this (docs/results/history.md, "Exact output")."""
     target = pair.target
     assert target.exact_plan.possible or not exact, target.exact_plan.why_not  # (binds its kernels)
     target.reset()

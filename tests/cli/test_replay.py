@@ -183,7 +183,7 @@ def test_a_cold_start_with_early_rejections_resumes_drafting(rejected: list[int]
     # marginal at that prior (as a process's first, slow draft steps do), and early rejections
     # in an answer the draft then gets right. Drafting pauses, and must resume within the
     # answer. (A rule that charged the whole catch-up to any retry that pays only at the
-    # optimistic α never resumed here: the target's speed; reverted, docs/benchmarks.md.)
+    # optimistic α never resumed here: the target's speed; reverted, docs/results/history.md.)
     costs = _linear_costs(0.65, 0.17, 0.8, 0.25)
     trace = Trace("x", [i not in rejected for i in range(129)], eog=False, kind="model")
     adaptive = replay(trace, AdaptivePolicy(12, ReplayCostModel(costs), "model"), costs, 128)

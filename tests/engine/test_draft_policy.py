@@ -25,7 +25,7 @@ def test_expected_tokens() -> None:
 
 
 def test_verify_cost_is_a_line_through_measured_batches_and_a_plain_step_its_own() -> None:
-    # Shaped like the AMD CPU's (docs/benchmarks.md): a batch of 2 costs 1.7 plain steps, each
+    # Shaped like the AMD CPU's (docs/results/history.md): a batch of 2 costs 1.7 plain steps, each
     # further token 0.17. A line through all three sizes would put a plain step at 1.5 x 10 ms.
     c = costs(10, {1: 10, 2: 17, 5: 22.1})
     assert c.verify_time(1) == pytest.approx(10 / 1000)

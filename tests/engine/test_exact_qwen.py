@@ -3,7 +3,7 @@ both Q4_K_M (the catalog's qwen2.5-coder-1.5b pair; fetched from PyPI, skipped i
 where it cannot be).
 
 On these files llama.cpp's CPU logits depend on the batch a row is computed in (up to 0.66 in
-logit, measured: docs/benchmarks.md), so without exact output the speculative answer left the
+logit, measured: docs/results/history.md), so without exact output the speculative answer left the
 target alone's at near-ties. With it (the default on the CPU) every verified row is computed
 as the target alone computes it: the greedy output is the target alone's token for token, and
 sampling follows the target alone's law exactly.
@@ -24,7 +24,7 @@ from tandem.engine.draft_policy import CostModel
 from tandem.engine.exact import REPACK_GEMV_ROWS
 
 # Without exact output (--no-exact, K = 4) the answers to the last four left the target alone's
-# at tokens 13, 0, 4 and 2 (measured here: docs/benchmarks.md); the code prompt's did not.
+# at tokens 13, 0, 4 and 2 (measured here: docs/results/history.md); the code prompt's did not.
 PROMPTS = {
     "code": "Write a Python function that checks whether a string is a palindrome.",
     "story": "Write a short story about a lighthouse keeper and a storm.",

@@ -63,7 +63,7 @@ def test_greedy_where_the_model_runs_gives_the_copied_path_s_tokens(
     tiny_target: Path, tiny_draft: Path
 ) -> None:
     """On the CPU llama.cpp's sampler picks greedy tokens in the graph; on a GPU the rows are read
-    back (its backend sampler was slower than the copy: docs/benchmarks.md). Both give the tokens
+    back (its backend sampler was slower than the copy: docs/results/history.md). Both give the tokens
     of reading every row and numpy's argmax, for the target alone and every drafter."""
     with (
         ModelPair.load(tiny_target, tiny_draft, TINY) as default,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # (only a type: the events' modules and reasoning.py need no 
 DRAFT_MAX_LIMIT = 32
 
 # Most tokens drafted per round when adaptive drafting picks K (0..this) each round: measured on
-# the SmolLM2 pair (docs/benchmarks.md), adaptive drafting did best with room to go up to 12.
+# the SmolLM2 pair (docs/results/history.md), adaptive drafting did best with room to go up to 12.
 ADAPTIVE_K_MAX = 12
 
 # Draft length when K is fixed (--no-adaptive, or seeded sampling): the best fixed K measured
@@ -55,7 +55,7 @@ class GenerationConfig:
     # Exact output (exact.py): the target computes each verified row as it computes it alone,
     # so the output is bit-identical to the target alone's (on the CPU, with quantized weights;
     # K is capped at 2 where its weights are repacked). None: wherever the target allows it
-    # (measured to cost nothing here: docs/benchmarks.md); True: required (refused, saying
+    # (measured to cost nothing here: docs/results/history.md); True: required (refused, saying
     # why, where it is not possible); False: off.
     exact: bool | None = None
     # How the output splits into a thinking model's reasoning and its answer: the prompt's

@@ -191,7 +191,7 @@ class CostModel:
         """Seconds to verify n tokens.
 
         One token is its own case: a one-row decode runs llama.cpp's matrix-vector kernels, and
-        a batch of two already costs 1.3-1.7 times as much (docs/benchmarks.md), so a line
+        a batch of two already costs 1.3-1.7 times as much (docs/results/history.md), so a line
         through the batch sizes puts a plain step 15-55% too high and makes drafting look that
         much better than it is. n = 1 is the measured plain step (see `plain_step_known`);
         larger batches come from a weighted least-squares line through every batch size of 2 or
@@ -295,7 +295,7 @@ class AdaptivePolicy:
       while the pair is new (5%, 7 steps: nothing is known yet, exploring is worth most; early
       rejections must not end drafting for an answer the draft then gets right), tight once
       its long-run α is measured (1%, 2 steps), so where drafting does not pay it costs at most
-      about that much (replayed: docs/benchmarks.md, "Never slower").
+      about that much (replayed: docs/results/history.md, "Never slower").
 
     Rounds without drafting carry no evidence, so uncertainty grows while K = 0 until drafting
     is tried again (fast while the pair is new, slowly once its long-run α is measured:
@@ -448,7 +448,7 @@ class AdaptivePolicy:
         grows at the drafting rate. A pair whose long-run α is measured and low (a draft that
         is often wrong) would then retry every dozen rounds, each retry paying for the draft
         model's catch-up on the pause, and run 11-18% slower than the target alone on a CPU
-        (replayed: docs/benchmarks.md); there doubt grows at 1% a round."""
+        (replayed: docs/results/history.md); there doubt grows at 1% a round."""
         known = self.costs.of(self.kind).familiarity
         return self._FORGET_NEW + (self._FORGET_IDLE_KNOWN - self._FORGET_NEW) * known
 

@@ -4,7 +4,7 @@ llama.cpp's CPU backend picks its kernels by batch size, so the logits of a posi
 in the target's verify batch `[last, d1..dK]` can differ from the same position decoded alone
 (by up to 0.5 in logit on Qwen2.5-Coder Q4_K_M), and at a near-tie the argmax flips: greedy
 speculative output then differs from the target alone. Measured per op and per type on the
-vendored ggml (docs/benchmarks.md, "Exact output"), a row depends on its batch through:
+vendored ggml (docs/results/history.md, "Exact output"), a row depends on its batch through:
 
 * the tiled K-quant/IQ matmul (ggml-cpu/tiled), taken for 8 rows or more;
 * weights repacked for this CPU (the CPU_REPACK buffer: Q4_0, Q4_K, IQ4_NL... on x86): groups of

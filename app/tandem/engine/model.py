@@ -395,7 +395,7 @@ class LoadedModel(KvMirror, Vocabulary):
         the row llama.cpp hands over with it. On a GPU the rows are read back and checked: its
         backend sampler (an argmax and a top-k per row, as graph nodes) cost more than the copy
         it saves (H200, 8B shape: a 9-token verify 10.0 ms on the device, 8.7 ms copied;
-        docs/benchmarks.md). Either way a NaN or infinite winner is a GenerationError."""
+        docs/results/history.md). Either way a NaN or infinite winner is a GenerationError."""
         if self._greedy_chain is None and not self._greedy_in_graph(True):
             logits = self.decode(tokens, outputs)
             assert logits is not None

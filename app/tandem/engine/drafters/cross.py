@@ -19,7 +19,7 @@ Sampling stays exactly the target's: proposals carry a one-hot q (as prompt look
 token d is accepted with probability p(d) and a rejection draws from p without d. With
 `shared_q`, the draft instead samples only among its tokens whose text is exactly one target
 token, and the proposal carries that real q (transformers #35029): exact as well, since each
-proposed token is then drawn from q itself; docs/benchmarks.md measures which accepts more.
+proposed token is then drawn from q itself; docs/results/history.md measures which accepts more.
 
 The control tokens of the target's prompt (a chat template's markers) become the draft's own
 control token of the same text where it has one, else plain text; the target's BOS becomes the
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 KIND = "cross"
 GREEDY = SamplerSettings(temperature=0.0)
 # Whether a sampled answer drafts with the shared-vocabulary q by default (see the module
-# docstring); one-hot q accepted more on the measured pairs (docs/benchmarks.md).
+# docstring); one-hot q accepted more on the measured pairs (docs/results/history.md).
 SHARED_Q = False
 # The most draft tokens one round writes per target token asked for (a draft whose tokens are
 # shorter needs more of them: SmolLM2 writes about 1.3 per Gemma 3 token of English).
