@@ -165,10 +165,13 @@ def test_a_stop_string_inside_a_translated_draft(smol_for_gemma: ModelPair) -> N
 
 
 @pytest.mark.slow
-def test_the_scheduler_stops_drafting_when_it_does_not_pay(smol_for_gemma: ModelPair) -> None:
-    """On this CPU a Gemma verify batch costs nearly a step per token, so drafting across
-    tokenizers cannot pay: adaptive drafting measures that and drafts less and less."""
-    pair = smol_for_gemma
+def test_the_scheduler_stops_drafting_when_it_does_not_pay(gemma_for_smol: ModelPair) -> None:
+    """Gemma 3 270M drafting for SmolLM2-135M: one draft token costs more than a target step on
+    any machine (the draft's 262k-token head alone is more arithmetic than the whole target;
+    measured 1.2-1.7 steps here), so drafting cannot pay whatever it guesses: adaptive drafting
+    measures that and stops. (SmolLM2 drafting for Gemma is no such case: on an Intel Xeon VM
+    with AVX-512 a 2-token Gemma batch costs 1.12 steps, and drafting one token there pays.)"""
+    pair = gemma_for_smol
     prompt = pair.raw_prompt(PROMPTS["prose"])
     spec = run(pair, prompt, drafter="cross", max_tokens=64, draft_max=8, adaptive=True, costs=CostModel())
     plain_late = sum(1 for r in spec.rounds[-15:] if not r.drafted)
