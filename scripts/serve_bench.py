@@ -24,9 +24,14 @@ keeps what it learnt across requests while each `tandem run` starts afresh), --t
         [--clients 1,2,4,8] [--runs 2] [-n 64] [--requests 2]
         [--servers tandem,tandem-baseline,llama,llama-md] [--threads 2] [--slot-ctx 2048]
         [--llama-draft-max 8] [--spin S] [--json OUT]
+        [--target T --draft D] [--llama-server PATH] [--gpu-layers N]
 
 Pairs: smollm2 (SmolLM2-135M F16 drafted by its Q4_1), qwen (Qwen2.5-Coder 1.5B drafted by
-0.5B, both Q4_K_M). For each pair, each N in --clients and each run, every server in turn (the
+0.5B, both Q4_K_M); or any two files, --target and --draft (the pair "files"). On a GPU,
+--gpu-layers N goes to every server (tandem's --gpu-layers, llama-server's -ngl and -ngld), and
+--llama-server names a llama-server built for it (scripts/device/: no build there).
+
+For each pair, each N in --clients and each run, every server in turn (the
 order reversed on odd runs, so drift hits all alike) is started alone for its N (one server
 process at a time), warmed up with one short request (not counted), measured, then stopped:
 
@@ -247,13 +252,20 @@ def _stop(server: Running) -> None:
 
 
 def _start_tandem(
-    name: str, target: Path, draft: Path | None, clients: int | None, threads: int, ctx: int
+    name: str,
+    target: Path,
+    draft: Path | None,
+    clients: int | None,
+    threads: int,
+    ctx: int,
+    gpu_layers: int | None = None,
 ) -> Running:
     """`tandem serve` on a free port (printed on its stderr, which a thread keeps draining)."""
     global _tandem_parallel
     models = ["--target", str(target), *(["--draft", str(draft)] if draft else ["--baseline"])]
     base = [sys.executable, "-m", "tandem.cli.main", "serve", *models]
     base += ["--threads", str(threads), "--ctx", str(ctx), "--port", "0"]
+    base += ["--gpu-layers", str(gpu_layers)] if gpu_layers is not None else []
     while True:
         parallel = _tandem_parallel is not False
         # clients None: tandem's own default (as many at once as memory holds, at most 8).
@@ -325,7 +337,13 @@ def _llama_server() -> Path:
 
 
 def _llama_args(
-    target: Path, draft: Path | None, clients: int, threads: int, slot_ctx: int, draft_max: int
+    target: Path,
+    draft: Path | None,
+    clients: int,
+    threads: int,
+    slot_ctx: int,
+    draft_max: int,
+    gpu_layers: int | None = None,
 ) -> list[str]:
     """llama-server's flags: N slots of slot_ctx tokens each (-c is the total, split over the
     slots, the KV cache not unified as it is by default only with -np auto), no web UI; with a
@@ -333,9 +351,11 @@ def _llama_args(
     --spec-type draft-simple) with the draft on the same threads."""
     args = ["-m", str(target), "-np", str(clients), "-c", str(clients * slot_ctx), "--no-kv-unified"]
     args += ["-t", str(threads), "-tb", str(threads), "--no-webui", "--host", "127.0.0.1"]
+    args += ["-ngl", str(gpu_layers)] if gpu_layers is not None else []
     if draft is not None:
         args += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max)]
         args += ["-td", str(threads), "-tbd", str(threads)]
+        args += ["-ngld", str(gpu_layers)] if gpu_layers is not None else []
     return args
 
 
@@ -651,11 +671,17 @@ def clients_main(argv: list[str]) -> None:
     parser.add_argument(
         "--spin",
         type=int,
-        help="GOMP_SPINCOUNT for every server (default: each its own: Tandem's 10,000, llama.cpp's "
-        "libgomp default of 300,000); both with one spin shows what else differs",
+        help="GOMP_SPINCOUNT for every server (default: libgomp's own, 300,000 pauses, as both "
+        "Tandem and llama.cpp leave it); a spin given shows what the wait costs",
     )
     parser.add_argument("--json", type=Path, help="write every measurement and the medians here")
+    parser.add_argument("--target", type=Path, help="a target file instead of --pair (with --draft)")
+    parser.add_argument("--draft", type=Path, help="the draft file beside --target")
+    parser.add_argument("--llama-server", type=Path, help="this llama-server instead of building one")
+    parser.add_argument("--gpu-layers", type=int, help="layers on the GPU, for every server")
     args = parser.parse_args(argv)
+    if (args.target is None) != (args.draft is None):
+        parser.error("--target and --draft go together")
     if args.spin is not None:
         os.environ["GOMP_SPINCOUNT"] = str(args.spin)  # (every server started below inherits it)
     if args.runs < 1 or args.requests < 1 or args.n < 1:
@@ -669,7 +695,9 @@ def clients_main(argv: list[str]) -> None:
     }
     llama_binary: Path | None = None
     llama_error = ""
-    if any(s.startswith("llama") for s in args.servers):
+    if args.llama_server is not None:
+        llama_binary = args.llama_server
+    elif any(s.startswith("llama") for s in args.servers):
         try:
             llama_binary = _llama_server()
         except Exception as e:
@@ -677,8 +705,9 @@ def clients_main(argv: list[str]) -> None:
             print(llama_error, flush=True)
     prompts = PROMPTS if args.prompts == "four" else bench_prompts()
     report["prompts"] = prompts
-    for pair in args.pair:
-        target, draft = _pair_models(pair)
+    pairs = ["files"] if args.target is not None else args.pair
+    for pair in pairs:
+        target, draft = (args.target, args.draft) if pair == "files" else _pair_models(pair)
         entry: dict[str, Any] = {"target": str(target), "draft": str(draft), "measurements": []}
         report["pairs"][pair] = entry
         print(f"{pair}: target {target.name}, draft {draft.name}", flush=True)
@@ -699,13 +728,21 @@ def clients_main(argv: list[str]) -> None:
                             )
                             dr = draft if name == "tandem" else None
                             asked = n if args.tandem_parallel == "n" else None
-                            server = _start_tandem(name, target, dr, asked, args.threads, ctx)
+                            server = _start_tandem(
+                                name, target, dr, asked, args.threads, ctx, args.gpu_layers
+                            )
                         else:
                             if llama_binary is None:
                                 raise ServerFailed(llama_error)
                             dr = draft if name == "llama-md" else None
                             flags = _llama_args(
-                                target, dr, n, args.threads, args.slot_ctx, args.llama_draft_max
+                                target,
+                                dr,
+                                n,
+                                args.threads,
+                                args.slot_ctx,
+                                args.llama_draft_max,
+                                args.gpu_layers,
                             )
                             server = _start_llama(name, llama_binary, flags)
                     except ServerFailed as e:

@@ -87,11 +87,20 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clean", action="store_true", help="delete the written models afterwards")
+    ap.add_argument(
+        "--gpu-layers", type=int, default=0, help="layers on the GPU (-1 all: measured there, not predicted)"
+    )
     args = ap.parse_args()
     chosen = ("eagle3", "dflash") if args.kind == "both" else (args.kind,)
     for kind in chosen:
         measure(setups()[kind], args)
     return 0
+
+
+def pair_where(args: argparse.Namespace) -> str:
+    if args.gpu_layers:
+        return "this GPU (every layer)" if args.gpu_layers < 0 else f"this GPU ({args.gpu_layers} layers)"
+    return f"this CPU ({args.threads} thread{'s' if args.threads > 1 else ''})"
 
 
 def measure(setup: Setup, args: argparse.Namespace) -> None:
@@ -103,7 +112,7 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
     print(f"\n== {setup.title}", flush=True)
     print("writing/reading the models (once: several GB)...", flush=True)
     target_path, drafter_path = setup.target(), setup.drafter()
-    opts = LoadOptions(n_ctx=1024, n_threads=args.threads, n_gpu_layers=0)
+    opts = LoadOptions(n_ctx=1024, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     with ModelPair.load(target_path, drafter_path, opts) as pair:
         prompt = pair.raw_prompt(PROMPT)
         print(
@@ -116,8 +125,7 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
     step = t.step
     v = {k + 1: statistics.median(t.verify[k]) / step for k in setup.ks if t.verify[k]}
     print(
-        f"\nMEASURED on this CPU ({args.threads} thread): plain target step {step * 1000:.0f} ms "
-        f"(median of {len(t.steps)})"
+        f"\nMEASURED on {pair_where(args)}: plain target step {step * 1000:.1f} ms (median of {len(t.steps)})"
     )
     print("v(n) = " + "  ".join(f"v({n}) {x:.2f}" for n, x in v.items()))
     t_info, d_info = read_gguf(target_path), read_gguf(drafter_path)

@@ -713,6 +713,9 @@ class LlamaShape:
 LLAMA_SHAPES = {
     "llama3.1-8b": LlamaShape(4096, 32, 14336, 32, 8, 128256),
     "llama3.2-1b": LlamaShape(2048, 16, 8192, 32, 8, 128256, tied=True),
+    # Qwen2.5(-Coder)-1.5B's dimensions in Llama's layout (no q/k/v biases): the catalog's
+    # CPU pair's target at a GPU's speed, where Tandem's own per-token time shows most.
+    "qwen2.5-1.5b": LlamaShape(1536, 28, 8960, 12, 2, 151936, tied=True),
     # A small one of the same layout, for trying the GPU scripts on a CPU.
     "tiny-q4k": LlamaShape(256, 2, 512, 4, 2, 49152),
 }

@@ -17,7 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT_DIR:-$PWD/.device-build}
-CUDA=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+# (the toolkit's root: CUDA_HOME, else /usr/local/cuda, else where nvcc lives, which may be a
+# wrapper script outside the toolkit)
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+[ -x "$CUDA/bin/nvcc" ] || CUDA=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
 V=$(sed -n 's/^LLAMA_CPP_PYTHON = "llama-cpp-python==\(.*\)"$/\1/p' scripts/install.py)
 mkdir -p "$OUT/tools"
 grep -qx '/.device-build/' .git/info/exclude 2>/dev/null || echo '/.device-build/' >> .git/info/exclude
@@ -59,7 +62,11 @@ strip --strip-unneeded "$pkg/llama_cpp/lib/libggml-cuda.so.0"
 patchelf --add-needed libcuda.so.1 "$pkg/llama_cpp/lib/libggml-cuda.so.0"
 rm -f "$OUT"/llama_cpp_python-*.whl
 python3 -m wheel pack -d "$OUT" "$pkg"
-cp "$build/bin/llama-speculative-simple" "$OUT/tools/"
-cp -L "$build/bin/libllama-common.so.0" "$OUT/tools/"
+# llama.cpp's own programs, for the comparisons and the RPC test (llama-bench and llama-server
+# are thin launchers of their -impl libraries; the server's needs libmtmd)
+for t in llama-speculative-simple llama-bench llama-server ggml-rpc-server libllama-common.so.0 \
+         libllama-bench-impl.so libllama-server-impl.so libmtmd.so.0; do
+  cp -L "$build/bin/$t" "$OUT/tools/"
+done
 rm -rf "$stage"
 ls -la "$OUT" "$OUT/tools"

