@@ -145,9 +145,28 @@ def test_tiny_pair_through_rpc_matches(
     remote_pair = ModelPair.load(tiny_target, tiny_draft, replace(TINY, rpc_servers=(server.endpoint,)))
     try:
         remote = run(remote_pair, prompt, max_tokens=64, draft_max=6)
+        # Heads of 16: no flash-attention kernel on CUDA, which a server cannot tell its client
+        # (a CUDA rpc-server aborted here on an H200 while "auto" left it on).
+        if TINY.flash_attn_type == -1:
+            assert any("flash attention off" in n for n in remote_pair.target.notes)
     finally:
         remote_pair.close()
     assert remote.tokens == local.tokens
+
+
+def test_flash_attention_auto_over_rpc_only_for_heads_every_backend_has() -> None:
+    from tandem.engine import rpc
+
+    assert rpc.flash_attn_type(-1, (128, 128)) == (-1, None)
+    assert rpc.flash_attn_type(-1, (64, 64)) == (-1, None)
+    off, note = rpc.flash_attn_type(-1, (16, 16))
+    assert off == 0 and note is not None and "heads of 16 " in note and "\n" not in note
+    assert rpc.flash_attn_type(-1, (192, 128))[1] is not None and "heads of 192/128" in str(
+        rpc.flash_attn_type(-1, (192, 128))[1]
+    )
+    assert rpc.flash_attn_type(-1, None)[0] == 0  # no heads known: off, said
+    assert rpc.flash_attn_type(1, (16, 16)) == (1, None)  # asked for: kept
+    assert rpc.flash_attn_type(0, (128, 128)) == (0, None)
 
 
 @needs_rpc

@@ -239,6 +239,21 @@ class GGUFInfo:
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
     @property
+    def head_sizes(self) -> tuple[int, int] | None:
+        """The attention heads' key and value sizes (llama.cpp's n_embd_head_k and _v: the keys
+        when given, else the width over the heads); None without attention heads."""
+        arch = self.architecture
+        heads = self.get(f"{arch}.attention.head_count")
+        if isinstance(heads, tuple):  # per layer (hybrid models: 0 where a layer has none)
+            heads = max((h for h in heads if isinstance(h, int)), default=None)
+        width = self.get(f"{arch}.embedding_length")
+        if not isinstance(heads, int) or heads <= 0 or not isinstance(width, int):
+            return None
+        k, v = self.get(f"{arch}.attention.key_length"), self.get(f"{arch}.attention.value_length")
+        key = k if isinstance(k, int) and k > 0 else width // heads
+        return key, v if isinstance(v, int) and v > 0 else width // heads
+
+    @property
     def context_length(self) -> int | None:
         value = self.get(f"{self.architecture}.context_length")
         return int(value) if value is not None else None

@@ -229,13 +229,24 @@ class LoadedModel(KvMirror, Vocabulary):
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
-        cparams.flash_attn_type = opts.flash_attn_type
+        cparams.flash_attn_type = self._flash_attn_type()
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             raise ModelLoadError(self._explain_failure("context", log_mark))
         self._ctx = ctx
         self.max_rows = int(cparams.n_outputs_max)  # logits rows one decode may ask for
         GOVERNOR.attach(ctx, n_threads)
+
+    def _flash_attn_type(self) -> int:
+        """What llama.cpp is told of flash attention: as asked, but where layers go to RPC
+        servers "auto" only for head sizes every backend has kernels for (rpc.py)."""
+        requested = self.options.flash_attn_type
+        if self._devices is None or not self.options.rpc_servers:
+            return requested
+        chosen, note = rpc.flash_attn_type(requested, self.info.head_sizes)
+        if note is not None and f"{self.role}: {note}" not in self.notes:
+            self.notes.append(f"{self.role}: {note}")
+        return chosen
 
     def _explain_failure(self, stage: str, log_mark: int) -> str:
         errors = llama_log.lines_since(log_mark, llama_log.LEVEL_WARN)

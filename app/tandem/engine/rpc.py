@@ -38,6 +38,14 @@ from .llama_lib import llama_cpp
 
 PROBE_TIMEOUT_S = 5.0
 
+# Head sizes (keys, values) whose flash-attention kernels every GPU backend builds (CUDA:
+# fattn.cu's switch on the head size, which also takes 40 and 72; Vulkan and Metal cover these).
+# llama.cpp's RPC client says every operation is supported (ggml-rpc.cpp, supports_op: "TODO:
+# call the remote backend"), so flash attention "auto" turns on for layers on an RPC server
+# even where the server's backend has no kernel for the model's heads, and the server aborts
+# mid-answer (seen: a CUDA rpc-server, heads of 16, fattn.cu "fatal error").
+FLASH_ATTN_HEADS = frozenset((n, n) for n in (64, 80, 96, 112, 128, 256))
+
 # The HELLO exchange (ggml-rpc.cpp, protocol 7): command byte 14, a little-endian u64 size and
 # the request (24 bytes of transport capabilities; zeros: plain TCP); the answer is a u64 size
 # and major, minor, patch, padding plus the server's 24 bytes of capabilities.
@@ -126,6 +134,21 @@ def target_devices(servers: Sequence[str]) -> list[int]:
             raise TandemError(f"RPC server {endpoint} offers no devices")
         devices += [_reg_dev_get(server_reg, i) for i in range(_reg_dev_count(server_reg))]
     return devices + [g.handle for g in local_gpus()]
+
+
+def flash_attn_type(requested: int, heads: tuple[int, int] | None) -> tuple[int, str | None]:
+    """llama.cpp's flash_attn_type for layers on RPC servers, and why it differs from what was
+    asked: "auto" (-1) becomes off where the heads are not a size every backend has kernels for
+    (an explicit on or off is kept: the user chose it)."""
+    if requested != -1 or heads in FLASH_ATTN_HEADS:
+        return requested, None
+    sizes = (
+        f"heads of {heads[0]}" + (f"/{heads[1]}" if heads[1] != heads[0] else "") if heads else "its heads"
+    )
+    return 0, (
+        f"flash attention off: an RPC server cannot say whether its backend has kernels for {sizes} "
+        "(TANDEM_FLASH_ATTN=on to try)"
+    )
 
 
 def device_array(devices: Sequence[int]) -> ctypes.Array[ctypes.c_void_p]:
