@@ -173,7 +173,8 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
         )
         gpu = {k: g_block + g_inject for k in range(1, 16)}
     print("\nPREDICTED speedup over the target alone, acceptance a per draft token, best K:")
-    print("  a     CPU (measured costs)       GPU (v = 1, costs from weight bytes)")
+    here = "this GPU" if args.gpu_layers else "CPU"  # (the first column: the costs measured here)
+    print(f"  a     {here + ' (measured costs)':<27}GPU (v = 1, costs from weight bytes)")
     from tandem.engine.draft_policy import expected_tokens
 
     for a in ALPHAS:

@@ -63,7 +63,7 @@ if wants lane; then
   # shellcheck disable=SC2086  # (LANE_ARGS: more pytest arguments)
   timeout "${LANE_TIMEOUT_S:-200}" python3 -m pytest tests/engine --gpu-lane -p no:cacheprovider -q -rs \
     --junitxml="$OUT/lane${LANE_NAME:-}.xml" \
-    ${LANE_ARGS:-} || rc=1
+    ${LANE_ARGS:-} || { lane_rc=$?; rc=1; say "the GPU lane's pytest exited with $lane_rc"; }
   took "the GPU lane" "$t"
 fi
 if wants measure; then
@@ -75,8 +75,9 @@ if wants measure; then
 fi
 if wants trained; then
   t=$SECONDS
+  # shellcheck disable=SC2086  # (TRAINED_ARGS: more options, e.g. --kind dflash)
   timeout "${TRAINED_TIMEOUT_S:-150}" python3 scripts/trained_cost.py --gpu-layers -1 --runs 2 --tokens 32 \
-    --clean || rc=1
+    --clean ${TRAINED_ARGS:-} || rc=1
   took "the trained drafters" "$t"
 fi
 took "in all" "$t0"
