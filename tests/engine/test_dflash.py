@@ -86,13 +86,18 @@ def test_the_variants_are_told_apart(variant: ModelPair) -> None:
 
 def test_adaptive_k_prices_a_block_per_pass(pair: ModelPair, alone: ModelPair) -> None:
     costs = CostModel()
+    blocks = 0
     for text in PROMPTS:
         prompt = _chat(pair, text)
         ref = run(alone, prompt, speculative=False, max_tokens=128)
         for drafter in ("dflash", "auto"):
             out = run(pair, prompt, drafter=drafter, adaptive=True, draft_max=8, max_tokens=128, costs=costs)
             assert out.ids == ref.ids
-            assert max(r.drafted for r in out.rounds if r.drafter == "dflash") <= 3
+            # (`auto` may follow prompt lookup for a whole answer, as the measured costs say)
+            drafted = [r.drafted for r in out.rounds if r.drafter == "dflash"]
+            assert max(drafted, default=0) <= 3  # K: at most the block's open positions
+            blocks += len(drafted)
+    assert blocks > 0
     own = costs.of("dflash")
     assert own.blocks and not own.first.known  # priced per block, by its length
     assert costs.draft_time("dflash", 1) is not None and costs.draft_time("dflash", 3) is not None
