@@ -216,15 +216,14 @@ def serve(
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         stderr += f"\nstopped after {timeout_s:.0f} s"
-    res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    print(res.stdout[-6000:], res.stderr[-2000:], flush=True)
+    print(stdout[-6000:], stderr[-2000:], flush=True)
     report: dict[str, Any] = json.loads(json_out.read_text()) if json_out.exists() else {}
     medians = report.get("pairs", {}).get("files", {}).get("medians")
     return {
-        "returncode": res.returncode,
+        "returncode": proc.returncode,
         "json": str(json_out),
         "medians": medians,
-        "tail": res.stdout[-3000:],
+        "tail": stdout[-3000:],
     }
 
 

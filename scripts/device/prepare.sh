@@ -78,9 +78,8 @@ else
 fi
 if [ -n "$tools" ]; then
   mkdir -p "$D/bin"
-  for t in llama-speculative-simple llama-bench llama-server ggml-rpc-server libllama-common.so.0 \
-           libllama-bench-impl.so libllama-server-impl.so libmtmd.so.0; do
-    [ -e "$tools/$t" ] && cp -L "$tools/$t" "$D/bin/" && strip --strip-unneeded "$D/bin/$t"
+  for t in "$tools"/*; do  # (what cuda_wheel.sh put there)
+    cp -L "$t" "$D/bin/" && strip --strip-unneeded "$D/bin/$(basename "$t")"
   done
   # (xz-packed: 10 MB of programs would push a call past its 64 MiB; run.sh unpacks them)
   tar -C "$D" -cJf "$D/bin.tar.xz" bin && rm -rf "$D/bin"

@@ -240,18 +240,22 @@ class GGUFInfo:
 
     @property
     def head_sizes(self) -> tuple[int, int] | None:
-        """The attention heads' key and value sizes (llama.cpp's n_embd_head_k and _v: the keys
-        when given, else the width over the heads); None without attention heads."""
+        """The attention heads' key and value sizes as llama.cpp derives them (n_embd_head_k and
+        _v: the key/value lengths where given, else the width over layer 0's heads); None where
+        layer 0 has no heads or the width is missing or 0."""
+
+        def integer(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
         arch = self.architecture
         heads = self.get(f"{arch}.attention.head_count")
-        if isinstance(heads, tuple):  # per layer (hybrid models: 0 where a layer has none)
-            heads = max((h for h in heads if isinstance(h, int)), default=None)
-        width = self.get(f"{arch}.embedding_length")
-        if not isinstance(heads, int) or heads <= 0 or not isinstance(width, int):
+        if isinstance(heads, tuple) and heads:  # per layer, read as llama.cpp's uint32
+            heads = heads[0] & 0xFFFFFFFF if integer(heads[0]) is not None else None
+        n_head, width = integer(heads), integer(self.get(f"{arch}.embedding_length"))
+        if n_head is None or n_head <= 0 or not width:
             return None
-        k, v = self.get(f"{arch}.attention.key_length"), self.get(f"{arch}.attention.value_length")
-        key = k if isinstance(k, int) and k > 0 else width // heads
-        return key, v if isinstance(v, int) and v > 0 else width // heads
+        key = integer(self.get(f"{arch}.attention.key_length")) or width // n_head
+        return key, integer(self.get(f"{arch}.attention.value_length")) or width // n_head
 
     @property
     def context_length(self) -> int | None:

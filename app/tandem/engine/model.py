@@ -241,10 +241,10 @@ class LoadedModel(KvMirror, Vocabulary):
         """What llama.cpp is told of flash attention: as asked, but where layers go to RPC
         servers "auto" only for head sizes every backend has kernels for (rpc.py)."""
         requested = self.options.flash_attn_type
-        if self._devices is None or not self.options.rpc_servers:
+        if not self.options.rpc_servers:
             return requested
         chosen, note = rpc.flash_attn_type(requested, self.info.head_sizes)
-        if note is not None and f"{self.role}: {note}" not in self.notes:
+        if note is not None:
             self.notes.append(f"{self.role}: {note}")
         return chosen
 

@@ -314,12 +314,10 @@ def _heads(info: GGUFInfo, arch: str, n_layer: int) -> Iterator[_Problem]:
             which = f"{arch}.attention.head_count_kv" + (f" (layer {i})" if per_layer else "")
             yield _Problem(which, kv, f"its {n} query heads must be a whole multiple of the key/value heads")
             return
-    n_head = heads[0]
-    n_embd = _int(info.get(f"{arch}.embedding_length"))
-    if n_head <= 0 or not n_embd:
+    sizes = info.head_sizes
+    if sizes is None:
         return  # (no attention in layer 0: llama.cpp uses no rotary dimension)
-    head_k = _int(info.get(f"{arch}.attention.key_length")) or n_embd // n_head
-    head_v = _int(info.get(f"{arch}.attention.value_length")) or n_embd // n_head
+    head_k, head_v = sizes
     if arch in SAME_HEAD_SIZES and head_v != head_k:
         yield _Problem(
             f"{arch}.attention.value_length",
