@@ -198,11 +198,13 @@ def serve(
     clients: str,
     tokens: int,
     json_out: Path,
+    runs: int = 1,
     timeout_s: float = 240.0,
 ) -> dict[str, Any]:
     """scripts/serve_bench.py clients on these files, every layer on the GPU; its JSON kept."""
     cmd = [sys.executable, str(ROOT / "scripts" / "serve_bench.py"), "clients", "--target", str(target)]
-    cmd += ["--draft", str(draft), "--clients", clients, "--runs", "1", "-n", str(tokens), "--requests", "2"]
+    cmd += ["--draft", str(draft), "--clients", clients, "--runs", str(runs), "-n", str(tokens)]
+    cmd += ["--requests", "2"]
     cmd += ["--tandem-parallel", "n", "--gpu-layers", "99", "--json", str(json_out)]
     if llama_bin is not None and (llama_bin / "llama-server").exists():
         cmd += ["--llama-server", str(llama_bin / "llama-server")]
@@ -316,6 +318,8 @@ def main() -> int:
     )
     ap.add_argument("--plain-shapes", default="llama3.1-8b,qwen2.5-1.5b", help="shapes of the plain step")
     ap.add_argument("--clients", default="1,2,4,8", help="the serve step's client counts")
+    ap.add_argument("--serve-runs", type=int, default=1, help="the serve step's runs (A/B alternated)")
+    ap.add_argument("--serve-timeout-s", type=float, default=240.0, help="the serve step's time limit")
     args = ap.parse_args()
 
     import model_files
@@ -361,7 +365,9 @@ def main() -> int:
         (
             "serve",
             "serve: several clients",
-            lambda: serve(target, draft, llama_bin, args.clients, 64, serve_json),
+            lambda: serve(
+                target, draft, llama_bin, args.clients, 64, serve_json, args.serve_runs, args.serve_timeout_s
+            ),
             90,
         ),
         ("costs", "costs", lambda: costs(target, draft, args.ctx), 30),
