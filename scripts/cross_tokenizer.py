@@ -61,8 +61,8 @@ def main() -> int:
 
     import model_files
     from tandem.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
-    from tandem.engine.draft_policy import CostModel
     from tandem.engine.drafters import cross
+    from tandem.engine.drafters.policy import CostModel
     from tandem.session.collect import Outcome, collect
 
     gemma, smol = model_files.gemma3_270m(), model_files.smollm2_q4_1()

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 r"""How long one decoded token takes in this process, with nothing else running: llama.cpp's
-one-row decode as `tandem serve` drives it (engine/sequences.py), next to llama-bench's own.
+one-row decode as `tandem serve` drives it (engine/llama/sequences.py), next to llama-bench's own.
 
 Each variant runs in a fresh process (libgomp reads its environment once, at load), alternated
 over --runs: a context of --seq sequences, a 30-token prompt, then one-token decodes with their
 logits read, --tokens of them; the median per run. The variants: Tandem as it starts (libgomp's
-own wait at barriers, as llama-server and llama-bench run: engine/threads.py), Tandem's spin until
+own wait at barriers, as llama-server and llama-bench run: engine/llama/threads.py), Tandem's spin until
 2026-11-28 (GOMP_SPINCOUNT=300), and with --llama-bench the tool's tg figure for the same file and
 threads.
 
@@ -34,8 +34,8 @@ VARIANTS = {"tandem (libgomp's default)": None, "GOMP_SPINCOUNT=300 (until 2026-
 def _child(model: str, n_seq: int, tokens: int, threads: int) -> None:
     sys.path.insert(0, str(ROOT / "app"))
     from tandem.engine.config import LoadOptions
-    from tandem.engine.model import LoadedModel
-    from tandem.engine.sequences import Piece, SeqContext
+    from tandem.engine.llama.model import LoadedModel
+    from tandem.engine.llama.sequences import Piece, SeqContext
 
     m = LoadedModel(model, LoadOptions(n_ctx=2048, n_threads=threads, n_seq=n_seq), role="target")
     ctx = SeqContext(m)

@@ -38,8 +38,8 @@ from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 from tandem.bench.replay import ReplayCostModel, costs_from_report  # noqa: E402
 from tandem.bench.runner import run_once  # noqa: E402
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
-from tandem.engine.costs import MeasuredCosts  # noqa: E402
-from tandem.engine.draft_policy import AdaptivePolicy, FixedPolicy, expected_tokens  # noqa: E402
+from tandem.engine.decoding.costs import MeasuredCosts  # noqa: E402
+from tandem.engine.drafters.policy import AdaptivePolicy, FixedPolicy, expected_tokens  # noqa: E402
 
 EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # confidence bins: [0, .1), [.1, .2), ...
 

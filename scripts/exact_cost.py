@@ -52,7 +52,7 @@ def _timed(fn: Callable[[], object], reps: int) -> list[float]:
 def _models(target: Path) -> dict[str, object]:
     """The target loaded twice: as llama.cpp loads it, and without repacked weights."""
     from tandem.engine import LoadedModel, LoadOptions
-    from tandem.engine.llama_lib import llama_cpp
+    from tandem.engine.llama.llama_lib import llama_cpp
 
     plain = llama_cpp.llama_model_default_params
 
@@ -133,7 +133,7 @@ def prefill(target: Path, n: int, reps: int) -> None:
 def answers(target: Path, draft: Path, tokens: int, reps: int) -> None:
     from run_helpers import run
     from tandem.engine import ChatMessage, LoadOptions, ModelPair
-    from tandem.engine.draft_policy import CostModel
+    from tandem.engine.drafters.policy import CostModel
 
     pair = ModelPair.load(target, draft, LoadOptions(n_ctx=4096))
     print(f"exact plan: {pair.target.exact_plan}")

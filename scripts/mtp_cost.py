@@ -47,8 +47,8 @@ def main() -> int:
 
     import model_files
     from tandem.engine import LoadOptions, ModelPair
-    from tandem.engine.draft_policy import expected_tokens
     from tandem.engine.drafters.heads.mtp import head_of
+    from tandem.engine.drafters.policy import expected_tokens
 
     shape = model_files.QWEN35_SHAPES[args.shape]
     print(f"writing/reading the {args.shape}-shaped random model (once: a few GB)...", flush=True)

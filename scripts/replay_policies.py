@@ -32,7 +32,7 @@ from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
 from tandem.bench.replay import Policy, Trace, costs_from_report, replay_all, trace_from_rounds  # noqa: E402
 from tandem.bench.runner import run_once  # noqa: E402
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
-from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
+from tandem.engine.drafters.policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:

@@ -107,7 +107,7 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
     from round_times import alternate
 
     from tandem.engine import LoadOptions, ModelPair
-    from tandem.engine.gguf_file import read_gguf
+    from tandem.engine.files.gguf_file import read_gguf
 
     print(f"\n== {setup.title}", flush=True)
     print("writing/reading the models (once: several GB)...", flush=True)
@@ -175,7 +175,7 @@ def measure(setup: Setup, args: argparse.Namespace) -> None:
     print("\nPREDICTED speedup over the target alone, acceptance a per draft token, best K:")
     here = "this GPU" if args.gpu_layers else "CPU"  # (the first column: the costs measured here)
     print(f"  a     {here + ' (measured costs)':<27}GPU (v = 1, costs from weight bytes)")
-    from tandem.engine.draft_policy import expected_tokens
+    from tandem.engine.drafters.policy import expected_tokens
 
     for a in ALPHAS:
         best_cpu = max((expected_tokens(a, k) / (cpu[k] + v[k + 1]), k) for k in cpu if k + 1 in v)

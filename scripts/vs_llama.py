@@ -66,7 +66,7 @@ def pair_files(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 def default_threads() -> int:
     sys.path.insert(0, str(ROOT / "app"))
-    from tandem.engine.threads import usable_cpus
+    from tandem.engine.llama.threads import usable_cpus
 
     n = usable_cpus()
     return max(1, min(8, n if n <= 4 else n // 2))  # (engine/model.default_threads, without llama.cpp)

@@ -66,8 +66,8 @@ def select(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def gpu_names() -> list[str]:
-    from tandem.engine.devices import local_gpus
-    from tandem.engine.model import ensure_backend
+    from tandem.engine.llama.devices import local_gpus
+    from tandem.engine.llama.model import ensure_backend
 
     ensure_backend()
     return [d.label for d in local_gpus()]
@@ -118,7 +118,7 @@ def active() -> bool:
 def _check_every_load() -> None:
     """In the lane, a model loaded with GPU layers asked for must have them: one that fell back
     to the CPU fails the test that loaded it (session fixtures too) instead of passing there."""
-    from tandem.engine.model import LoadedModel
+    from tandem.engine.llama.model import LoadedModel
 
     original = LoadedModel.__init__
 

@@ -207,8 +207,8 @@ def smollm2(ftype: str) -> Path:
 def _requantize(src: Path, out: Path, ftype: str) -> Path:
     if out.exists():
         return out
-    from tandem.engine.llama_lib import llama_cpp
-    from tandem.engine.model import ensure_backend
+    from tandem.engine.llama.llama_lib import llama_cpp
+    from tandem.engine.llama.model import ensure_backend
 
     ensure_backend()  # also routes llama.cpp's log away from the test output
     params = llama_cpp.llama_model_quantize_default_params()

@@ -13,7 +13,7 @@ from tandem.engine import ModelPair, SamplerSettings
 from tandem.engine.sampling import distribution
 
 if TYPE_CHECKING:
-    from tandem.engine.model import LoadedModel
+    from tandem.engine.llama.model import LoadedModel
 
 
 def _joint(

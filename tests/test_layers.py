@@ -58,7 +58,7 @@ def package_dir() -> Path:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """`engine.gguf_file` for <root>/engine/gguf_file.py, `engine` for its __init__.py."""
+    """`engine.files.gguf_file` for <root>/engine/files/gguf_file.py, `engine` for its __init__.py."""
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -132,7 +132,7 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
         ("from .. import ui", "server.api", "imports app.ui"),
         (f"def f():\n    import {PACKAGE}.cli.main", "catalog.fit", "catalog.fit:2 imports"),
         ("if TYPE_CHECKING:\n    from ..session.pairs import PairRef", "catalog.hub", "imports app.session"),
-        ("from textual.app import App", "engine.model", "imports textual.app"),
+        ("from textual.app import App", "engine.llama.model", "imports textual.app"),
         ("from textual.app import App", "session.collect", "imports textual.app"),
         (f"from {PACKAGE}.server import create_app", "cli.run_cmd", "imports app.server"),
         (f"from {PACKAGE}.engine.stats import Tally", "ui.live_stats", "not the engine's face"),
@@ -154,16 +154,71 @@ def test_the_check_lets_allowed_imports_through() -> None:
     assert violations(f"from {PACKAGE}.engine.drafters import registry", "session.pairs") == []
 
 
+# The engine's rooms, lowest first: a module imports only from its own room or lower ones
+# (docs/architecture.md). The shared words are the engine's top-level modules but pair.py.
+ENGINE_ROOMS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "stats", "events", "sampling", "reasoning", "config"}),
+    frozenset({"files"}),
+    frozenset({"llama"}),
+    frozenset({"text"}),
+    frozenset({"drafters"}),
+    frozenset({"decoding"}),
+    frozenset({"pair", ""}),  # ("": the face, __init__.py)
+)
+ENGINE_TOP_MODULES_MAX = 12  # modules and rooms at engine/'s top level: a newcomer sees the map
+
+
+def engine_room(module: str) -> int:
+    """The rank of `engine.x.y` (module names as module_name gives them) in ENGINE_ROOMS."""
+    parts = module.split(".")
+    assert parts[0] == "engine", module
+    name = parts[1] if len(parts) > 1 else ""
+    for rank, room in enumerate(ENGINE_ROOMS):
+        if name in room:
+            return rank
+    raise AssertionError(f"{module}: in no room of ENGINE_ROOMS (add it to one)")
+
+
+def room_violations(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """Each import of an engine module from a room above its own."""
+    mine = engine_room(module)
+    found = []
+    for target, line in imports(source, module, is_package=is_package):
+        if target.split(".")[0] == "engine" and engine_room(target) > mine:
+            found.append(f"{module}:{line} imports {PACKAGE}.{target}")
+    return found
+
+
+def test_the_engine_s_rooms_import_only_lower_rooms() -> None:
+    root = package_dir()
+    found: list[str] = []
+    for f in sorted((root / "engine").rglob("*.py")):
+        module = module_name(f, root)
+        found += room_violations(f.read_text(encoding="utf-8"), module, is_package=f.name == "__init__.py")
+    assert not found, "imports from a higher room of the engine:\n" + "\n".join(found)
+    engine = root / "engine"
+    top = sorted(p.name for p in engine.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
+    assert len(top) - 1 <= ENGINE_TOP_MODULES_MAX, top  # (- 1: the face, __init__.py)
+
+
+def test_the_room_check_sees_an_import_from_above() -> None:
+    assert room_violations("from ..decoding.round import verify", "engine.llama.model") != []
+    assert room_violations("from .text.prompting import Prompting", "engine.config") != []
+    assert room_violations("from ..llama.model import LoadedModel", "engine.decoding.round") == []
+    assert room_violations("from .. import Proposal", "engine.drafters.heads.base") == []
+    assert room_violations("from .. import ModelPair", "engine.llama.model") != []  # the face
+
+
 # Where a word that is a drafter kind's name may stand outside engine/drafters/ as code (a
 # string), and why: every other place asks the registry (drafters/registry.py).
 KIND_WORDS_ALLOWED: dict[tuple[str, str], str] = {
     ("catalog/spec.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
-    ("engine/model.py", "model"): "a model's role in messages",
+    ("engine/llama/model.py", "model"): "a model's role in messages",
     ("server/api.py", "model"): "OpenAI's `model` field",
     ("server/chunks.py", "model"): "OpenAI's `model` field",
     ("ui/picker/disk_tab.py", "model"): "a column: the model file",
-    ("engine/native_checks.py", "eagle3"): "llama.cpp's graph builders, by architecture",
-    ("engine/native_checks.py", "dflash"): "llama.cpp's graph builders, by architecture",
+    ("engine/files/native_checks.py", "eagle3"): "llama.cpp's graph builders, by architecture",
+    ("engine/files/native_checks.py", "dflash"): "llama.cpp's graph builders, by architecture",
 }
 
 

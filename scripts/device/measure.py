@@ -103,7 +103,7 @@ def gpu_memory_used() -> int | None:
 
 def costs(target: Path, draft: Path, ctx: int) -> dict[str, Any]:
     from tandem.engine import LoadOptions, ModelPair
-    from tandem.engine.costs import measure_costs
+    from tandem.engine.decoding.costs import measure_costs
 
     sizes = list(range(2, 18))
     out: dict[str, Any] = {}
@@ -285,7 +285,7 @@ def versus(
 def memory(target: Path, draft: Path, ctx: int) -> dict[str, Any]:
     from tandem.catalog.fit import files_fit
     from tandem.engine import LoadOptions, ModelPair
-    from tandem.engine.devices import gpu_memory
+    from tandem.engine.llama.devices import gpu_memory
 
     before_smi, before_ggml = gpu_memory_used(), gpu_memory()
     estimate = files_fit(target, draft, ctx)
@@ -323,8 +323,8 @@ def main() -> int:
     args = ap.parse_args()
 
     import model_files
-    from tandem.engine.devices import local_gpus
-    from tandem.engine.model import ensure_backend
+    from tandem.engine.llama.devices import local_gpus
+    from tandem.engine.llama.model import ensure_backend
 
     rec = Recorder(args.out, args.budget_s)
     ensure_backend()

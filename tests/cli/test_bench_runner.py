@@ -8,7 +8,7 @@ from tandem.bench.prompts import BenchPrompt
 from tandem.bench.runner import BASELINE, run_bench
 from tandem.bench.settings import parse_settings
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings
-from tandem.engine.draft_policy import CostModel
+from tandem.engine.drafters.policy import CostModel
 
 
 def test_each_setting_learns_alone_and_the_pair_s_record_is_untouched(smollm2_pair: ModelPair) -> None:

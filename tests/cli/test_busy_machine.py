@@ -1,6 +1,6 @@
 """Two Tandems at once, with default threads: the second process is not starved.
 
-Before the threads followed the machine (engine/threads.py), two processes on a 2-core VM fell to
+Before the threads followed the machine (engine/llama/threads.py), two processes on a 2-core VM fell to
 0.003-0.27x of their idle speed each (spinning OpenMP barriers, more threads than free cores).
 The limit here is generous (a test is not a benchmark: scripts/busy_bench.py measures it).
 """

@@ -70,7 +70,7 @@ def _vm_peak_after_load(target: Path | None, draft: Path | None, ctx: int) -> in
     load = f"ModelPair.load({str(target)!r}, {str(draft)!r}, LoadOptions(n_ctx={ctx}))\n" if target else ""
     code = (
         "from tandem.engine import LoadOptions, ModelPair\n"
-        "from tandem.engine.model import ensure_backend\n"
+        "from tandem.engine.llama.model import ensure_backend\n"
         "ensure_backend()\n"
         f"{load}"
         "print(next(l for l in open('/proc/self/status') if l.startswith('VmPeak')).split()[1])\n"

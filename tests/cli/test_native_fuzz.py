@@ -5,7 +5,7 @@ an EAGLE-3 and a DFlash drafter found beside their target, one given as the draf
 file of their own) each hyperparameter llama.cpp asserts on, divides by or loops on is written at
 its edges (0, -1, odd, huge, mismatched, NaN, infinite; a repeated token text; a BOS that is not
 there), and `tandem run` runs on the file in a child process (tests/native_child.py). Without
-the checks of engine/native_checks.py, the EAGLE-3 companion's and the hybrid target's cases
+the checks of engine/files/native_checks.py, the EAGLE-3 companion's and the hybrid target's cases
 alone end in SIGABRT 30 times, SIGFPE twice and a loop inside ggml_graph_compute three times
 (issue 38). Now each either runs (a companion that cannot be used is skipped, with a note) or
 ends in one line on standard error: never a signal, a hang or a traceback.

@@ -22,8 +22,8 @@ from tandem.bench.replay import (
     replay_all,
     trace_from_rounds,
 )
-from tandem.engine.costs import MeasuredCosts
-from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from tandem.engine.decoding.costs import MeasuredCosts
+from tandem.engine.drafters.policy import AdaptivePolicy, CostModel, FixedPolicy
 from tandem.engine.events import RoundEvent
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)

@@ -1,4 +1,4 @@
-"""Parallel sequences (engine/batch.py) on the real SmolLM2 pair: each request's output is the
+"""Parallel sequences (engine/decoding/batch.py) on the real SmolLM2 pair: each request's output is the
 one it gets alone, whatever runs beside it, its drafter, its length or its sampler; a cancel,
 a slow reader or a long prompt changes nobody else's answer."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import model_files
-import tandem.engine.batch as batch_module  # where a sequence's verification lives
+import tandem.engine.decoding.batch as batch_module  # where a sequence's verification lives
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import (
     BatchEngine,

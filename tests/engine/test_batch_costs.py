@@ -1,8 +1,8 @@
-"""The load-aware choice of K per sequence (engine/batch_costs.py), on fixed costs."""
+"""The load-aware choice of K per sequence (engine/decoding/batch_costs.py), on fixed costs."""
 
 from __future__ import annotations
 
-from tandem.engine.batch_costs import FAIR_SLACK, BatchCosts, CostTable, Want
+from tandem.engine.decoding.batch_costs import FAIR_SLACK, BatchCosts, CostTable, Want
 
 
 def costs(verify: tuple[float, float], draft: tuple[float, float]) -> BatchCosts:

@@ -20,14 +20,14 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from tandem.engine.chat_template import (
+from tandem.engine.files.gguf_file import read_gguf
+from tandem.engine.text.chat_template import (
     MAX_OUTPUT_CHARS,
     RENDER_SECONDS,
     ChatMessage,
     ChatTemplateError,
     render_chat,
 )
-from tandem.engine.gguf_file import read_gguf
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 
@@ -250,7 +250,7 @@ def test_renders_leave_a_debuggers_tracer_alone() -> None:
 # ---------------------------------------------------------------------- valid templates
 def _reference_render(template: str, messages: list[ChatMessage], **extra: Any) -> str:
     """The template rendered the way transformers does it, with no limits."""
-    from tandem.engine.chat_template import _raise, _tojson
+    from tandem.engine.text.chat_template import _raise, _tojson
 
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]

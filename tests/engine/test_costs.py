@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.engine.costs import MeasuredCosts, mean_costs
+from tandem.engine.decoding.costs import MeasuredCosts, mean_costs
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

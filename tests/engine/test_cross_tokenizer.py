@@ -23,7 +23,7 @@ import model_files
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadOptions, ModelPair, Origin, SamplerSettings
-from tandem.engine.draft_policy import CostModel
+from tandem.engine.drafters.policy import CostModel
 from tandem.session.prompts import chat_prompt
 
 OPTS = LoadOptions(n_ctx=1024, n_threads=1)

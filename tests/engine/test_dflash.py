@@ -21,8 +21,8 @@ import pytest
 import trained
 from run_helpers import TINY, run
 from tandem.engine import ChatMessage, ModelPair
-from tandem.engine.draft_policy import CostModel
 from tandem.engine.drafters.heads.dflash import DFlashHead, head_of
+from tandem.engine.drafters.policy import CostModel
 
 PROMPTS = [
     "Explain in detail why the sky is blue.",

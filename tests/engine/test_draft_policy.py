@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.engine.draft_policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens, model_pays
+from tandem.engine.drafters.policy import AdaptivePolicy, CostModel, FixedPolicy, expected_tokens, model_pays
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

@@ -20,9 +20,9 @@ import pytest
 import trained
 from run_helpers import TINY, run
 from tandem.engine import ChatMessage, IncompatiblePairError, ModelPair
-from tandem.engine.draft_policy import CostModel
 from tandem.engine.drafters.heads.eagle3 import Eagle3Head, head_of
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.drafters.policy import CostModel
+from tandem.engine.files.gguf_file import read_gguf
 
 PROMPTS = [
     "Explain in detail why the sky is blue.",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tandem.engine.exact import REPACK_GEMV_ROWS, ExactPlan, float_matrices, plan
-from tandem.engine.gguf_info import GGUFInfo, TensorInfo
+from tandem.engine.files.gguf_info import GGUFInfo, TensorInfo
+from tandem.engine.llama.exact import REPACK_GEMV_ROWS, ExactPlan, float_matrices, plan
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

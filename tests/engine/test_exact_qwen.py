@@ -20,8 +20,8 @@ from run_helpers import run
 from sampling_law import chi_square_p, stepwise_joint
 from serve_helpers import request, serving
 from tandem.engine import ChatMessage, ModelPair, SamplerSettings
-from tandem.engine.draft_policy import CostModel
-from tandem.engine.exact import REPACK_GEMV_ROWS
+from tandem.engine.drafters.policy import CostModel
+from tandem.engine.llama.exact import REPACK_GEMV_ROWS
 
 # Without exact output (--no-exact, K = 4) the answers to the last four left the target alone's
 # at tokens 13, 0, 4 and 2 (measured here: docs/results/history.md); the code prompt's did not.

@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tandem.catalog.fit import kv_cache_bytes
-from tandem.engine import ModelFileError, compatibility_problems, gguf_file, read_gguf
-from tandem.engine.compat import TokenizerFacts
-from tandem.engine.gguf_file import GGUFInfo
+from tandem.engine import ModelFileError, compatibility_problems, read_gguf
+from tandem.engine.files import gguf_file
+from tandem.engine.files.compat import TokenizerFacts
+from tandem.engine.files.gguf_file import GGUFInfo
 
 MiB = 1 << 20
 T = TypeVar("T")

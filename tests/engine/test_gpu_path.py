@@ -31,7 +31,7 @@ import trained
 from run_helpers import TINY, assert_same_greedy, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadedModel, ModelPair, SamplerSettings
-from tandem.engine.devices import gpu_memory, local_gpus
+from tandem.engine.llama.devices import gpu_memory, local_gpus
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ import pytest
 
 from run_helpers import run
 from tandem.engine import ChatMessage, ModelPair
-from tandem.engine.draft_policy import CostModel
+from tandem.engine.drafters.policy import CostModel
 
 NEAR_TIE_LOGITS = 0.1
 

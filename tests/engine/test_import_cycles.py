@@ -100,5 +100,5 @@ def test_the_check_finds_a_cycle(tmp_path: Path) -> None:
     # would be a circle.
     known = _modules()
     context = "tandem.engine.drafters.heads.context"
-    assert "tandem.engine.model" in _imports(context, known[context], known)
-    assert context not in _imports("tandem.engine.model", known["tandem.engine.model"], known)
+    assert "tandem.engine.llama.model" in _imports(context, known[context], known)
+    assert context not in _imports("tandem.engine.llama.model", known["tandem.engine.llama.model"], known)

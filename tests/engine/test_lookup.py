@@ -11,8 +11,8 @@ import pytest
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from tandem.engine.draft_policy import CostModel
 from tandem.engine.drafters.lookup import LookupDrafter
+from tandem.engine.drafters.policy import CostModel
 
 SUMMARY = (
     "Summarize this text, quoting its key sentences.\n\nThe Old Mill Bridge was designed by the engineer "

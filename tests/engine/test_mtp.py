@@ -20,8 +20,8 @@ import pytest
 import model_files
 from run_helpers import assert_same_greedy, run
 from tandem.engine import ChatMessage, LoadOptions, ModelPair, TandemError
-from tandem.engine.draft_policy import CostModel
 from tandem.engine.drafters.heads.mtp import MtpHead, head_of
+from tandem.engine.drafters.policy import CostModel
 
 # In the GPU lane too (gpu_lane.py): the heads' hidden rows come off the device.
 pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)

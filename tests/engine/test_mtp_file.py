@@ -18,7 +18,7 @@ from run_helpers import TINY, run
 from tandem.engine import ChatMessage, ModelPair, TandemError
 from tandem.engine.drafters.heads.mtp import head_of
 from tandem.engine.drafters.registry import check_file, classify
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.files.gguf_file import read_gguf
 from tandem.session.pairs import resolve_pair
 from tandem.session.preflight import preflight
 from tandem.session.refs import DraftNeeds, PairRequest

@@ -1,4 +1,4 @@
-"""Values llama.cpp would abort or hang on are refused from the header (engine/native_checks.py),
+"""Values llama.cpp would abort or hang on are refused from the header (engine/files/native_checks.py),
 each in one sentence naming the file, the key and the value; real models pass.
 
 The fuzz harness (tests/cli/test_native_fuzz.py) proves no edge of a checked key ends in a
@@ -23,8 +23,8 @@ import trained
 from gguf_edit import I32, STR, Typed, tokens_of, with_metadata
 from tandem.cli.main import main
 from tandem.engine import ModelFileError, TandemError
-from tandem.engine.gguf_file import read_gguf
-from tandem.engine.gguf_info import TokenTable
+from tandem.engine.files.gguf_file import read_gguf
+from tandem.engine.files.gguf_info import TokenTable
 from tandem.session.preflight import preflight
 from tandem.session.refs import DraftNeeds, PairRef
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tandem.engine.chat_template import (
+from tandem.engine.reasoning import HARMONY, THINK_TAGS, thinking_variables
+from tandem.engine.text.chat_template import (
     ChatMessage,
     reasoning_split,
     render_chat,
     render_conversation,
     thinking_of,
 )
-from tandem.engine.reasoning import HARMONY, THINK_TAGS, thinking_variables
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

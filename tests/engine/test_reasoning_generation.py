@@ -13,7 +13,7 @@ import pytest
 import model_files
 from run_helpers import TINY
 from tandem.engine import ChatMessage, GenerationConfig, ModelPair, Origin
-from tandem.engine.answer import marker_pieces
+from tandem.engine.decoding.answer import marker_pieces
 from tandem.engine.reasoning import ReasoningSplit, tags
 from tandem.session.collect import collect
 

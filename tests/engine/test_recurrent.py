@@ -27,10 +27,10 @@ from run_helpers import assert_same_greedy, logit_tolerance, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.cli.main import main
 from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
-from tandem.engine.draft_policy import CostModel
-from tandem.engine.gguf_file import read_gguf
-from tandem.engine.llama_lib import llama_cpp
-from tandem.engine.memory import kv_cache_bytes, recurrent_state_bytes
+from tandem.engine.drafters.policy import CostModel
+from tandem.engine.files.gguf_file import read_gguf
+from tandem.engine.files.memory import kv_cache_bytes, recurrent_state_bytes
+from tandem.engine.llama.llama_lib import llama_cpp
 
 # In the GPU lane too (gpu_lane.py): checkpoints copied out of device buffers, snapshots there.
 pytestmark = pytest.mark.gpu(heavy=True)  # (on lavapipe: test_gpu_path's compact ones)

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 import model_files
 from tandem.engine import LoadOptions
 from tandem.engine.drafters.cross import CrossDrafter
-from tandem.engine.model import LoadedModel
-from tandem.engine.retokenize import complete_utf8, reencode, spelled, window
+from tandem.engine.llama.model import LoadedModel
 from tandem.engine.sampling import SamplerSettings
+from tandem.engine.text.retokenize import complete_utf8, reencode, spelled, window
 
 OPTS = LoadOptions(n_ctx=512, n_threads=1)
 

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 from tandem.engine.config import GenerationConfig
-from tandem.engine.draft_policy import CostModel
+from tandem.engine.decoding.round import PLAIN, Plan, run_round, verify
+from tandem.engine.decoding.scheduler import Scheduler
 from tandem.engine.drafters import Proposal, registry
 from tandem.engine.drafters.lookup import LookupDrafter
+from tandem.engine.drafters.policy import CostModel
 from tandem.engine.drafters.spec import Drafter, DrafterSpec, Needs, Offer, RoundView, Traits, Words
 from tandem.engine.errors import TandemError
 from tandem.engine.events import Origin, RoundEvent
-from tandem.engine.round import PLAIN, Plan, run_round, verify
 from tandem.engine.sampling import Dist, SamplerSettings
-from tandem.engine.scheduler import Scheduler
 
 pytestmark = pytest.mark.fast
 

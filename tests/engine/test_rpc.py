@@ -35,7 +35,7 @@ TANDEM = [sys.executable, "-m", "tandem.cli.main"]
 
 
 def _rpc_supported() -> bool:
-    from tandem.engine import rpc
+    from tandem.engine.llama import rpc
 
     return rpc.supported()
 
@@ -155,7 +155,7 @@ def test_tiny_pair_through_rpc_matches(
 
 
 def test_flash_attention_auto_over_rpc_only_for_heads_every_backend_has() -> None:
-    from tandem.engine import rpc
+    from tandem.engine.llama import rpc
 
     assert rpc.flash_attn_type(-1, (128, 128)) == (-1, None)
     assert rpc.flash_attn_type(-1, (64, 64)) == (-1, None)

@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import tandem.engine.round as round_module  # where verification lives
+import tandem.engine.decoding.round as round_module  # where verification lives
 from run_helpers import run
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import ModelPair, SamplerSettings

@@ -20,7 +20,7 @@ from run_helpers import TINY
 from tandem.cli.main import main
 from tandem.engine import ModelPair, TandemError
 from tandem.engine.drafters.registry import check_file, named, read_file
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.files.gguf_file import read_gguf
 from tandem.session.preflight import preflight
 from tandem.session.refs import DraftNeeds, PairRef
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.engine.speedup import SpeedupMeter
+from tandem.engine.decoding.speedup import SpeedupMeter
 
 pytestmark = pytest.mark.fast
 

@@ -99,7 +99,7 @@ def test_multibyte_characters_never_print_as_garbage(smollm2_pair: ModelPair) ->
     text = "Café 👩‍💻 naïve 東京 🎉 Ελληνικά שלום"
     ids = smollm2_pair.target.tokenize(text, add_special=False, parse_special=False)
     from tandem.engine.events import Origin
-    from tandem.engine.text_stream import TokenStream
+    from tandem.engine.text.text_stream import TokenStream
 
     stream = TokenStream(smollm2_pair.target.piece)
     pieces = [e.text for t in ids for e in stream.add(t, Origin.TARGET)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.engine.events import Origin
-from tandem.engine.text_stream import TokenStream
+from tandem.engine.text.text_stream import TokenStream
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 

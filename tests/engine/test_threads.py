@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tandem.engine import threads
-from tandem.engine.threads import CpuMeter, RunQueue, ThreadGovernor, ThreadPolicy, WaitMeter
+from tandem.engine.llama import threads
+from tandem.engine.llama.threads import CpuMeter, RunQueue, ThreadGovernor, ThreadPolicy, WaitMeter
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""`tandem serve --parallel N`: several clients answered at once in one batch (engine/batch.py),
+"""`tandem serve --parallel N`: several clients answered at once in one batch (engine/decoding/batch.py),
 each getting the answer it gets alone; more than N wait their turn; what a parallel sequence
 cannot do is a 400 with the reason."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Files
 from tandem.engine.errors import TandemError
-from tandem.engine.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.files.gguf_file import GGUFInfo, read_gguf
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tandem.engine.compat import compatibility_problems, cross_problems
 from tandem.engine.drafters import registry
 from tandem.engine.errors import ModelFileError, TandemError
-from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.small_files import read_small_text
+from tandem.engine.files.compat import compatibility_problems, cross_problems
+from tandem.engine.files.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.files.small_files import read_small_text
 
 from .companions import Companion, companions_of
 from .hub_cache import hub_cache_dir

@@ -2,7 +2,7 @@
 
 Memory available for models:
 * a GPU llama.cpp can use (CUDA, Metal, Vulkan, ROCm...): the free memory its backend reports
-  (engine/devices.py: CUDA asks the driver, Metal gives the working set macOS allows the GPU,
+  (engine/llama/devices.py: CUDA asks the driver, Metal gives the working set macOS allows the GPU,
   Vulkan reads its memory heaps), summed over GPUs because llama.cpp spreads layers across all
   of them;
 * Apple Silicon where the backend reports nothing: unified memory from `sysctl hw.memsize`, of
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tandem.engine.gguf_file import GGUFInfo, read_gguf
-from tandem.engine.memory import kv_cache_bytes
+from tandem.engine.files.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.files.memory import kv_cache_bytes
 
 from .hub_cache import local_file
 from .spec import ModelFile, PairSpec, split_parts
@@ -233,7 +233,7 @@ def _measure() -> tuple[int, str]:
 
 def _gpu_build() -> bool:
     try:
-        from tandem.engine.model import gpu_offload_supported
+        from tandem.engine.llama.model import gpu_offload_supported
 
         return gpu_offload_supported()
     except Exception:  # no llama.cpp library at all: answer for the CPU
@@ -242,7 +242,7 @@ def _gpu_build() -> bool:
 
 def _gpu_memory() -> tuple[int, int, str] | None:
     """(free, total, name) of the GPUs, as llama.cpp's backends report them."""
-    from tandem.engine.devices import gpu_memory
+    from tandem.engine.llama.devices import gpu_memory
 
     return gpu_memory()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.files.gguf_file import read_gguf
 
 BUILTIN_DRAFTER_LABEL = "built-in drafter"  # what the picker and `tandem pairs` call the heads
 

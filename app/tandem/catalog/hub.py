@@ -41,7 +41,7 @@ from typing import Any
 
 from tandem import __version__
 from tandem.engine.errors import ModelFileError
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.files.gguf_file import read_gguf
 
 try:  # huggingface_hub 2.x talks through httpx2, 1.x through httpx
     import httpx2 as _http

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tandem.engine.errors import ModelFileError, TandemError
-from tandem.engine.gguf_file import read_gguf
+from tandem.engine.files.gguf_file import read_gguf
 
 from .spec import ModelFile
 

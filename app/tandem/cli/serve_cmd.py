@@ -22,7 +22,7 @@ from tandem.session.refs import PairRef
 
 DEFAULT_PORT = 8080
 # The most requests answered at once when --parallel is not given (memory permitting): past it a
-# CPU's batch is wide enough that drafting has stopped paying (engine/batch_costs.py).
+# CPU's batch is wide enough that drafting has stopped paying (engine/decoding/batch_costs.py).
 PARALLEL_DEFAULT_MAX = 8  # llama.cpp's llama-server's, which clients offer first for a local server
 
 

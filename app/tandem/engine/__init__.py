@@ -8,8 +8,6 @@ the rest (configs, events, statistics, the drafter choices) imports without llam
 
 from typing import TYPE_CHECKING, Any
 
-from .chat_template import RESERVED_VARIABLES, ChatMessage, ChatTemplateError
-from .compat import check_pair, compatibility_problems
 from .config import (
     ADAPTIVE_K_MAX,
     DRAFT_MAX_LIMIT,
@@ -21,8 +19,9 @@ from .config import (
     GenerationConfig,
     LoadOptions,
 )
-from .costs import MeasuredCosts, mean_costs, measure_costs
-from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
+from .decoding.costs import MeasuredCosts, mean_costs, measure_costs
+from .decoding.speedup import SpeedupMeter, with_speedup
+from .drafters.policy import AdaptivePolicy, CostModel, FixedPolicy
 from .drafters.registry import AUTO as AUTO_DRAFTER
 from .drafters.registry import across_tokenizers as drafter_across_tokenizers
 from .drafters.registry import choices as drafter_choices
@@ -53,27 +52,28 @@ from .events import (
     StopReason,
     TokenEvent,
 )
-from .gguf_file import GGUFInfo, read_gguf
-from .prompting import ChatPrompt
+from .files.compat import check_pair, compatibility_problems
+from .files.gguf_file import GGUFInfo, read_gguf
+from .files.recurrence import describe as describe_state
+from .files.recurrence import rollback_of, state_kind
+from .files.small_files import UnusableFile, read_small_bytes, read_small_text
 from .reasoning import REASONING, ReasoningFormat, ReasoningSplit, Thinking, think_from_variables
-from .recurrence import describe as describe_state
-from .recurrence import rollback_of, state_kind
 from .sampling import SamplerSettings
-from .small_files import UnusableFile, read_small_bytes, read_small_text
-from .speedup import SpeedupMeter, with_speedup
 from .stats import DrafterStats, KindRounds, Tally
+from .text.chat_template import RESERVED_VARIABLES, ChatMessage, ChatTemplateError
+from .text.prompting import ChatPrompt
 
 if TYPE_CHECKING:
-    from .batch import BatchEngine, SeqRequest
-    from .model import LoadedModel
+    from .decoding.batch import BatchEngine, SeqRequest
+    from .llama.model import LoadedModel
     from .pair import ModelPair
 
 # Names whose modules load llama.cpp's bindings: imported on first use (PEP 562).
 _LAZY = {
-    "LoadedModel": ".model",
+    "LoadedModel": ".llama.model",
     "ModelPair": ".pair",
-    "BatchEngine": ".batch",
-    "SeqRequest": ".batch",
+    "BatchEngine": ".decoding.batch",
+    "SeqRequest": ".decoding.batch",
 }
 
 

@@ -15,18 +15,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import exact
-from .compat import PairTokenizers, check_pair
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
-from .draft_policy import CostModel
+from .decoding.generation import check_request, generate
 from .drafters import registry
+from .drafters.policy import CostModel
 from .errors import TandemError
 from .events import Event
-from .generation import check_request, generate
-from .gguf_file import GGUFInfo, read_gguf
-from .model import LoadedModel
-from .prompting import ChatPrompt, Prompting
-from .recurrence import rollback_note
+from .files.compat import PairTokenizers, check_pair
+from .files.gguf_file import GGUFInfo, read_gguf
+from .files.recurrence import rollback_note
+from .llama import exact
+from .llama.model import LoadedModel
+from .text.prompting import ChatPrompt, Prompting
 
 __all__ = ["ChatPrompt", "ModelPair"]
 

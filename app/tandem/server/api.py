@@ -90,7 +90,7 @@ def body_limit(context: int) -> int:
 
 
 def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot | ParallelSlot:
-    """With `settings.parallel` > 1 the batched engine (engine/batch.py), which drafts with a
+    """With `settings.parallel` > 1 the batched engine (engine/decoding/batch.py), which drafts with a
     draft model of the target's tokenizer and prompt lookup (the kinds it leaves out are said in
     the log; a recurrent target falls back to one at a time); with 1, one request at a time on
     the one-sequence engine (every kind, exactly as `tandem run`)."""

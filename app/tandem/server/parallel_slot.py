@@ -1,7 +1,7 @@
 """Several requests answered at once (`tandem serve --parallel N`): the batched engine's loop.
 
 The same face as slot.py's `Slot` (acquire, prepare, start, shutdown, join) over the engine's
-`BatchEngine` (engine/batch.py), whose one thread advances every running request a round at a
+`BatchEngine` (engine/decoding/batch.py), whose one thread advances every running request a round at a
 time in one batch. Up to N requests run; up to `max_waiting` more wait in its inbox (first
 come, first served) and join between rounds as sequences free up; past that a 429. A client
 that reads its stream slowly only pauses its own sequence (the engine skips a sequence whose

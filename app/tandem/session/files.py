@@ -4,7 +4,7 @@ Every write goes to a temporary file in the same directory and is renamed over t
 crash or a full disk never leaves a half-written file behind. A file that two processes update
 (two instances of the app, a benchmark beside the app) is changed under a file lock, so neither
 loses the other's update. Reading never follows a link, never blocks on a pipe and caps the
-size (engine/small_files.py): a damaged file is never a hang.
+size (engine/files/small_files.py): a damaged file is never a hang.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import platformdirs
 from filelock import FileLock
 
-from tandem.engine.small_files import read_small_text
+from tandem.engine.files.small_files import read_small_text
 
 APP_NAME = "tandem"
 # The lock is held for one read and one small write (milliseconds); waiting longer than this

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tandem.engine.compat import PairTokenizers, check_pair
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.heads.files import described
 from tandem.engine.drafters.spec import DrafterSpec, Needs
 from tandem.engine.errors import IncompatiblePairError, TandemError
-from tandem.engine.gguf_file import GGUFInfo, read_gguf
+from tandem.engine.files.compat import PairTokenizers, check_pair
+from tandem.engine.files.gguf_file import GGUFInfo, read_gguf
 
 if TYPE_CHECKING:
     from tandem.catalog.fit import FitVerdict

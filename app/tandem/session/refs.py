@@ -169,7 +169,7 @@ class DraftNeeds:
 def file_kind(path: Path) -> str | None:
     """The drafter kind a file is from its header ("": a model); None when the header cannot
     be read (the preflight says what is wrong with it)."""
-    from tandem.engine.gguf_file import read_gguf
+    from tandem.engine.files.gguf_file import read_gguf
 
     try:
         s = registry.classify(read_gguf(path, check_data=False))

@@ -1,5 +1,5 @@
 """Where draft tokens come from. Every drafter has the same three calls, so the round
-(app/engine/round.py) never asks which one it holds:
+(app/engine/decoding/round.py) never asks which one it holds:
 
     begin(prompt)       a generation starts: get ready for this prompt (a draft model prefills it)
     draft(history, k)   propose up to k tokens that would follow `history`

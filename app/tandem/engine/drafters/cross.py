@@ -40,17 +40,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..draft_policy import model_pays
 from ..errors import ContextOverflowError
 from ..events import RoundEvent
-from ..retokenize import LOOK_BEHIND, complete_utf8, reencode, window
 from ..sampling import Dist, SamplerSettings
+from ..text.retokenize import LOOK_BEHIND, complete_utf8, reencode, window
 from . import Proposal
 from .model import ModelDrafter
+from .policy import model_pays
 from .spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Needs, Offer, RoundView, Traits, Words
 
 if TYPE_CHECKING:
-    from ..model import LoadedModel
+    from ..llama.model import LoadedModel
 
 KIND = "cross"
 GREEDY = SamplerSettings(temperature=0.0)

@@ -33,7 +33,7 @@ from .spec import (
 )
 
 if TYPE_CHECKING:
-    from ..model import LoadedModel
+    from ..llama.model import LoadedModel
 
 KIND = "lookup"
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..draft_policy import model_pays
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
 from . import Proposal, draw
+from .policy import model_pays
 from .spec import (
     BuildContext,
     CostView,
@@ -38,7 +38,7 @@ from .spec import (
 )
 
 if TYPE_CHECKING:
-    from ..model import LoadedModel
+    from ..llama.model import LoadedModel
 
 KIND = "model"
 
@@ -154,7 +154,7 @@ class ModelDrafter(DrafterBase):
 
     def _pays(self, rate: float, view: RoundView) -> bool:
         """Whether to keep drafting with the model, given the recent share of the answer that
-        free drafters supplied (see draft_policy.model_pays). Without measured costs: yes."""
+        free drafters supplied (see policy.model_pays). Without measured costs: yes."""
         plain = view.costs.verify_time(1)
         if view.free_share is None or rate <= 0.0 or plain is None:
             return True

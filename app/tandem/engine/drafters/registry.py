@@ -11,16 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..compat import check_pair
 from ..errors import IncompatiblePairError, ModelFileError, TandemError
-from ..gguf_info import GGUFInfo
+from ..files.compat import check_pair
+from ..files.gguf_info import GGUFInfo
 from . import cross, hybrid, lookup, model
 from .heads import dflash, eagle3, mtp
 from .heads.files import DrafterFacts, check_d2t_values, described
 from .spec import BuildContext, Drafter, DrafterSpec, Needs
 
 if TYPE_CHECKING:
-    from ..model import LoadedModel
+    from ..llama.model import LoadedModel
 
 KINDS: tuple[DrafterSpec, ...] = (
     model.SPEC,

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..config import GenerationConfig
-from ..draft_policy import AdaptivePolicy, CostModel, FixedPolicy
 from ..events import RoundEvent
-from ..gguf_info import GGUFInfo
+from ..files.gguf_info import GGUFInfo
 from . import Proposal
+from .policy import AdaptivePolicy, CostModel, FixedPolicy
 
 if TYPE_CHECKING:
-    from ..model import DecodeListener, LoadedModel
+    from ..llama.model import DecodeListener, LoadedModel
     from .heads.files import DrafterFacts
 
 Policy = AdaptivePolicy | FixedPolicy

@@ -4,7 +4,7 @@ Honest timing: the two runs never share the machine. The target alone runs first
 speculative pair, each in full, with the same prompt and settings; each pane shows its live
 decode speed (prefill excluded). At the end: the speedup and, for greedy decoding, whether the
 two outputs are token-identical (or where they first differ). (The chat's own speedup is timed
-within each answer: engine/speedup.py.)
+within each answer: engine/decoding/speedup.py.)
 """
 
 from __future__ import annotations

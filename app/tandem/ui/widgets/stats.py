@@ -24,7 +24,7 @@ class StatsView(KindRounds):
     pair: str = ""
     state: str = "no pair loaded"
     tokens_per_s: float | None = None
-    # Against the target alone timed during this answer (engine/speedup.py): the figure, its
+    # Against the target alone timed during this answer (engine/decoding/speedup.py): the figure, its
     # ~95% interval, the target alone's speed over the same time, the steps timed, whether the
     # machine's speed changed mid-answer; speculative False: the answer was the target alone.
     speedup: float | None = None

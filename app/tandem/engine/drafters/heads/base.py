@@ -33,15 +33,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import GenerationError, ModelLoadError
-from ...gguf_info import GGUFInfo
-from ...prefix import common_prefix
+from ...files.gguf_info import GGUFInfo
+from ...llama.prefix import common_prefix
 from ...sampling import NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
 from ..spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Files, Needs, Traits, Words
 from .files import DrafterFacts, described, layer_problems
 
 if TYPE_CHECKING:
-    from ...model import LoadedModel
+    from ...llama.model import LoadedModel
     from .context import HeadContext
 
 # Target positions a head takes rows for beyond its entries before it catches up unasked (a

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ... import hidden_rows, llama_log
 from ...errors import GenerationError, ModelLoadError
-from ...hidden_rows import bind
-from ...llama_lib import llama_cpp
-from ...model import GOVERNOR, LoadedModel, default_threads
+from ...llama import hidden_rows, llama_log
+from ...llama.hidden_rows import bind
+from ...llama.llama_lib import llama_cpp
+from ...llama.model import GOVERNOR, LoadedModel, default_threads
 
 _lib = llama_cpp._lib
 _p = ctypes.c_void_p

@@ -35,11 +35,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ...config import DRAFT_MAX_LIMIT
-from ...draft_policy import CostModel
 from ...errors import GenerationError
-from ...gguf_info import GGUFInfo
+from ...files.gguf_info import GGUFInfo
 from ...sampling import Dist, NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
+from ..policy import CostModel
 from ..spec import (
     Offer,
     RoundView,
@@ -55,7 +55,7 @@ from .base import (
 from .files import DrafterFacts, read_trained
 
 if TYPE_CHECKING:
-    from ...model import LoadedModel
+    from ...llama.model import LoadedModel
 
 KIND = "dflash"
 ARCH = "dflash"  # the GGUF architecture of its files (DFlash, DSpark, DFlash2)

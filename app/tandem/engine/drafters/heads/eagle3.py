@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...config import DRAFT_MAX_LIMIT
-from ...gguf_info import GGUFInfo
+from ...files.gguf_info import GGUFInfo
 from ..spec import Words
 from .base import (
     EntryHead,
@@ -34,7 +34,7 @@ from .base import (
 from .files import DrafterFacts, positive, read_trained
 
 if TYPE_CHECKING:
-    from ...model import LoadedModel
+    from ...llama.model import LoadedModel
 
 KIND = "eagle3"
 ARCH = "eagle3"  # the GGUF architecture of its files

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ModelFileError
-from ...gguf_info import GGUFInfo, TensorInfo
+from ...files.gguf_info import GGUFInfo, TensorInfo
 
 # Architectures whose llama.cpp graph hands over a layer's input rows (`embeddings_layer_inp`;
 # for any other, llama.cpp asserts and the process ends): src/models/*.cpp set t_layer_inp.

@@ -26,13 +26,13 @@ import numpy.typing as npt
 
 from ...config import DRAFT_MAX_LIMIT
 from ...errors import ModelLoadError
-from ...gguf_info import GGUFInfo
+from ...files.gguf_info import GGUFInfo
 from ..spec import BuildContext, Drafter, DrafterSpec, Files, Needs, Traits, Words
 from .base import EntryHead, HeadDrafter
 from .files import DrafterFacts, positive
 
 if TYPE_CHECKING:
-    from ...model import LoadedModel
+    from ...llama.model import LoadedModel
 
 KIND = "mtp"
 # What a front-end advises when a target without heads is asked to draft alone (the CLI's).

@@ -35,21 +35,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from . import exact
+from ..config import GenerationConfig
+from ..drafters import draw, registry
+from ..drafters.lookup import KIND as LOOKUP
+from ..drafters.lookup import LookupDrafter
+from ..drafters.model import KIND as MODEL
+from ..drafters.registry import AUTO
+from ..errors import TandemError
+from ..events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
+from ..llama import exact
+from ..llama.exact import ExactPlan
+from ..llama.model import GOVERNOR, LoadedModel
+from ..llama.sequences import Piece, SeqContext
+from ..sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Want
-from .config import GenerationConfig
-from .drafters import draw, registry
-from .drafters.lookup import KIND as LOOKUP
-from .drafters.lookup import LookupDrafter
-from .drafters.model import KIND as MODEL
-from .drafters.registry import AUTO
-from .errors import TandemError
-from .events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
-from .exact import ExactPlan
-from .model import GOVERNOR, LoadedModel
-from .sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
-from .sequences import Piece, SeqContext
 
 # Drafter choices a parallel sequence can run (auto: a draft model and/or prompt lookup).
 PARALLEL_KINDS = (AUTO, MODEL, LOOKUP)

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import PromptCancelled
-from .llama_lib import llama_cpp
+from ..errors import PromptCancelled
+from ..llama.llama_lib import llama_cpp
 
 if TYPE_CHECKING:
-    from .model import LoadedModel
+    from ..llama.model import LoadedModel
 
 # What llama.cpp's isspace() strips next to a special token marked lstrip/rstrip (ASCII only).
 _SPACE = " \t\n\v\f\r"

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import IncompatiblePairError
+from ..errors import IncompatiblePairError
 from .gguf_info import GGUFInfo, TokenTable
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128

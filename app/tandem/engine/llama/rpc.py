@@ -31,9 +31,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .config import check_rpc_server
+from ..config import check_rpc_server
+from ..errors import TandemError
 from .devices import fn, local_gpus
-from .errors import TandemError
 from .llama_lib import llama_cpp
 
 PROBE_TIMEOUT_S = 5.0

@@ -31,11 +31,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .errors import TandemError
-from .gguf_info import GGUFInfo
+from ..errors import TandemError
+from ..files.gguf_info import GGUFInfo
 
 if TYPE_CHECKING:
-    from .config import GenerationConfig
+    from ..config import GenerationConfig
 
 # Rows a repacked weight still multiplies one at a time (its gemv): ggml-cpu/repack.cpp.
 REPACK_GEMV_ROWS = 3

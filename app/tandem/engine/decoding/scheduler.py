@@ -1,7 +1,7 @@
 """Who drafts each round, and how much: `plan()` before a round, `observe()` after it.
 
 The scheduler holds the drafters a generation may use (every kind of its choice the pair
-offers: drafters/registry.py) and one policy per kind (draft_policy.py: adaptive K from
+offers: drafters/registry.py) and one policy per kind (drafters/policy.py: adaptive K from
 measured acceptance and costs, or a fixed K). It knows no kind by name. Each round:
 
 * `plan(history, budget)`: each drafter may first look at the history (prompt lookup searches
@@ -22,15 +22,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .config import GenerationConfig
-from .draft_policy import AdaptivePolicy, CostModel, FixedPolicy
-from .drafters import registry
-from .drafters.spec import BuildContext, Drafter, DrafterSpec, Policy, RoundView
-from .events import RoundEvent
+from ..config import GenerationConfig
+from ..drafters import registry
+from ..drafters.policy import AdaptivePolicy, CostModel, FixedPolicy
+from ..drafters.spec import BuildContext, Drafter, DrafterSpec, Policy, RoundView
+from ..events import RoundEvent
 from .round import PLAIN, Plan
 
 if TYPE_CHECKING:
-    from .model import DecodeListener, LoadedModel
+    from ..llama.model import DecodeListener, LoadedModel
 
 # Per round, how much the recent share of free-drafter tokens forgets (about 10 rounds).
 _SHARE_DECAY = 0.9

@@ -25,13 +25,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..config import LoadOptions
+from ..errors import ContextOverflowError, GenerationError, ModelLoadError
+from ..files.gguf_file import GGUFInfo, read_gguf
+from ..files.memory import kv_cache_bytes
 from . import devices, exact, exact_kernels, hidden_rows, llama_log, rpc, threads
-from .config import LoadOptions
-from .errors import ContextOverflowError, GenerationError, ModelLoadError
-from .gguf_file import GGUFInfo, read_gguf
 from .kv_mirror import KvMirror
 from .llama_lib import llama_cpp
-from .memory import kv_cache_bytes
 from .vocab import Vocabulary
 
 Outputs = Literal["none", "last", "all"]

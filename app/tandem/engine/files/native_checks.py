@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 from .gguf_info import GGUFInfo
 
 # llama-hparams.h

@@ -13,13 +13,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from ..config import GenerationConfig
+from ..drafters import registry
+from ..drafters.policy import CostModel
+from ..errors import ContextOverflowError, TandemError
+from ..events import Event, PrefillEvent, StartEvent, StopReason
+from ..llama.model import GOVERNOR, LoadedModel
 from .answer import AnswerTracker
-from .config import GenerationConfig
-from .draft_policy import CostModel
-from .drafters import registry
-from .errors import ContextOverflowError, TandemError
-from .events import Event, PrefillEvent, StartEvent, StopReason
-from .model import GOVERNOR, LoadedModel
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
 from .speedup import SpeedupMeter, with_speedup

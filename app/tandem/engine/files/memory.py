@@ -7,7 +7,7 @@ and llama.cpp keeps `n_rs_seq` snapshots of it for the architectures it can roll
 
 from __future__ import annotations
 
-from .config import ADAPTIVE_K_MAX
+from ..config import ADAPTIVE_K_MAX
 from .gguf_info import GGUFInfo
 from .recurrence import SNAPSHOT_ARCHS, state_kind
 

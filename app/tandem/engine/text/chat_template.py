@@ -65,9 +65,8 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 
-from .errors import PromptCancelled, TandemError
-from .reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
-from .template_sizes import (
+from ..errors import PromptCancelled, TandemError
+from ..files.template_sizes import (
     BoundedEscapeFormatter,
     BoundedFormatter,
     TooLarge,
@@ -77,8 +76,9 @@ from .template_sizes import (
     json_size,
     refuse_over,
 )
-from .template_sizes import limit as _limit
-from .template_sizes import weight as _weight
+from ..files.template_sizes import limit as _limit
+from ..files.template_sizes import weight as _weight
+from ..reasoning import ReasoningSplit, Thinking, detect_format, opens_reasoning, thinking_variables
 
 # A real prompt must fit a context window: even 1M tokens is ~4 MiB of text, and a template
 # adds a few dozen characters a message. 8 Mi characters is far above any of that, yet small

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import GenerationError
+from ..errors import GenerationError
 from .llama_lib import llama_cpp
 
 _lib = llama_cpp._lib

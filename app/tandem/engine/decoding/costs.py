@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .drafters import registry
-from .drafters.lookup import LookupDrafter
+from ..drafters import registry
+from ..drafters.lookup import LookupDrafter
 
 if TYPE_CHECKING:
-    from .model import LoadedModel
+    from ..llama.model import LoadedModel
 
 
 @dataclass(frozen=True)

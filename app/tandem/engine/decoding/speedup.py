@@ -24,7 +24,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from .stats import GenerationStats
+from ..stats import GenerationStats
 
 # A probe after this many rounds without a plain step: often while few are timed, then rarely.
 _PROBE_GAPS = ((2, 4), (4, 12), (8, 24))  # (plain steps timed fewer than, gap in rounds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable, Sequence
 
-from .events import Origin, TokenEvent
+from ..events import Origin, TokenEvent
 
 
 class TokenStream:

@@ -10,7 +10,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import TandemError
+from ..errors import TandemError
 from .llama_lib import llama_cpp
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .config import GenerationConfig
-from .drafters import registry
-from .events import DoneEvent, Event, GenerationStats, Origin, RoundEvent, StopReason
-from .model import LoadedModel
-from .reasoning import REASONING, ReasoningFormat, ReasoningSplitter
-from .stats import Tally
-from .text_stream import TokenStream
+from ..config import GenerationConfig
+from ..drafters import registry
+from ..events import DoneEvent, Event, GenerationStats, Origin, RoundEvent, StopReason
+from ..llama.model import LoadedModel
+from ..reasoning import REASONING, ReasoningFormat, ReasoningSplitter
+from ..stats import Tally
+from ..text.text_stream import TokenStream
 
 
 class AnswerTracker:

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ContextOverflowError, TandemError
+from ..reasoning import ReasoningSplit, Thinking, thinking_variables
 from .chat_template import ChatMessage, content_spans, reasoning_split, render_conversation, thinking_of
-from .errors import ContextOverflowError, TandemError
 from .prompt_tokens import SpecialTokens, find_contents, tokenize_pieces
-from .reasoning import ReasoningSplit, Thinking, thinking_variables
 
 if TYPE_CHECKING:
-    from .model import LoadedModel
+    from ..llama.model import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ContextOverflowError, GenerationError
+from ..errors import ContextOverflowError, GenerationError
 from .llama_lib import llama_cpp
 
 if TYPE_CHECKING:

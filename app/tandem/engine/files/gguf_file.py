@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 from .gguf_info import FILE_TYPES, GGML_TYPES, TOKENS_KEY, GGUFInfo, TensorInfo, TokenTable
 from .native_checks import check_native
 

@@ -28,13 +28,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .drafters import Proposal
-from .drafters.spec import Drafter
-from .events import RoundEvent
-from .sampling import Dist, NonFiniteLogits, SamplerSettings, accept_draft, distribution, residual
+from ..drafters import Proposal
+from ..drafters.spec import Drafter
+from ..events import RoundEvent
+from ..sampling import Dist, NonFiniteLogits, SamplerSettings, accept_draft, distribution, residual
 
 if TYPE_CHECKING:
-    from .model import LoadedModel
+    from ..llama.model import LoadedModel
 
 
 @dataclass(frozen=True, slots=True)
