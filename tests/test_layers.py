@@ -214,7 +214,8 @@ def test_the_room_check_sees_an_import_from_above() -> None:
 KIND_WORDS_ALLOWED: dict[tuple[str, str], str] = {
     ("catalog/spec.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
     ("engine/llama/model.py", "model"): "a model's role in messages",
-    ("server/api.py", "model"): "OpenAI's `model` field",
+    ("server/served.py", "model"): "OpenAI's `model` field and a model entry's `object`",
+    ("server/routes/models.py", "model"): "the health check's `model`: the id served",
     ("server/chunks.py", "model"): "OpenAI's `model` field",
     ("ui/picker/disk_tab.py", "model"): "a column: the model file",
     ("engine/files/native_checks.py", "eagle3"): "llama.cpp's graph builders, by architecture",

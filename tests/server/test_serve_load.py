@@ -116,7 +116,13 @@ def test_a_full_queue_answers_429_and_a_waiting_client_may_leave(smollm2_pair: M
         )
         assert status == 429
         assert body["error"]["code"] == "queue_full" and "retry" in body["error"]["message"]
-        waiting.close()  # leaves the queue: it never runs
+        waiting.close()  # leaves the queue: it never runs, and its place is free at once
+        for _ in range(100):
+            health = request(served, "GET", "/health")[1]
+            if health["waiting"] == 0:
+                break
+            threading.Event().wait(0.02)
+        assert health["waiting"] == 0 and health["busy"], health  # (the long answer still runs)
         running.close()
         wait_idle(served, timeout=2.0)
         assert request(served, "GET", "/health")[1]["answers"] == {"cancelled": 1}

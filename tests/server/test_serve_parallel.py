@@ -16,7 +16,7 @@ import pytest
 
 from serve_helpers import request, serving, streamed_text, wait_idle
 from tandem.engine import GenerationConfig, LoadOptions, ModelPair
-from tandem.server.parallel_slot import _Mailbox
+from tandem.server.slot import Mailbox
 from tandem.session.collect import collect
 from tandem.session.prompts import chat_prompt, messages_for
 
@@ -97,7 +97,7 @@ def test_the_mailbox_hands_a_round_over_with_one_wakeup() -> None:
     loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
     reported: list[BaseException] = []
     loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
-    box = _Mailbox(loop)
+    box = Mailbox(loop)
     got: list[int] = []
 
     def fails() -> None:

@@ -210,7 +210,8 @@ def make_server(
         lifespan="off",
         timeout_graceful_shutdown=int(GRACE_S),
     )
-    return _Server(config, app.state.slot, app.state.prompts, on_ready)
+    served = app.state.served
+    return _Server(config, served.slot, served.prompts, on_ready)
 
 
 def serve(

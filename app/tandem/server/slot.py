@@ -1,15 +1,17 @@
-"""The one generation a pair runs at a time, and the bounded queue in front of it.
+"""The requests a server answers, and the bounded queue in front of them: one class whatever
+`--parallel` says.
 
-A pair has one llama.cpp context per model, so it serves one request at a time. Requests that
-arrive meanwhile wait their turn in a queue of bounded length (first come, first served); past
-it they get a 429 at once, which clients retry. A request whose client goes away while waiting
-leaves the queue.
+An engine answers them in a thread of its own (llama.cpp releases the GIL while it computes):
+with `--parallel N` above 1 the batched engine (engine/decoding/batch.py) advances up to N
+requests a round at a time in one batch; with 1 (or a pair the batched engine cannot take) the
+serial engine (session/serial.py) answers one after another, every drafter kind as `tandem run`.
+Up to `max_waiting` more requests wait in the engine's inbox (first come, first served) and start
+as sequences free up; past that a 429, which clients retry. A client that leaves while waiting
+leaves the queue (it never runs); one that leaves while answered cancels its own generation
+within a round. A client that reads its stream slowly pauses only its own sequence.
 
-The generation runs in a thread of its own (llama.cpp releases the GIL while it computes): its
-events reach the event loop a round at a time, so the loop does a round's work once, not a
-token's. Its `cancel` stops it within a round (the engine checks it before every round and
-inside a long prefill). The turn passes to the next request only when the thread has really
-ended, so the next request never meets a pair that is still busy.
+Events reach the event loop a round at a time, through one mailbox with one wakeup for all a
+round sends (`Mailbox`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from tandem.engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
+from tandem.engine import DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
 
 from .errors import ApiError
 from .stopping import Stopping
@@ -31,11 +33,24 @@ if TYPE_CHECKING:
     from tandem.engine import ModelPair
 
 
+class Engine(Protocol):
+    """What a slot drives: BatchEngine, or session.serial.SerialEngine."""
+
+    n_seq: int
+
+    def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig: ...
+    def submit(self, req: SeqRequest) -> None: ...
+    def withdraw(self, req: SeqRequest) -> bool: ...
+    def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
 class ClientGone(Exception):
-    """The client disconnected while its request waited for its turn."""
+    """The client disconnected before its answer started."""
 
 
-def _shutting_down() -> ApiError:
+def shutting_down() -> ApiError:
     return ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
 
 
@@ -47,23 +62,57 @@ class _Failure:
 _END = object()
 
 
-class Generation:
-    """One running generation: its events, a round at a time, and how to stop it."""
+class Mailbox:
+    """What the engine's thread hands the event loop, with one wakeup for all a round sends:
+    every `call_soon_threadsafe` costs a self-pipe write and a wakeup of the loop, a syscall
+    each, and a round emits to every sequence."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.cancel = threading.Event()
-        self._loop = loop
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., object], tuple[object, ...]]] = []
 
-    def _put(self, item: object) -> None:
-        _call_soon(self._loop, self._queue.put_nowait, item)
+    def post(self, fn: Callable[..., object], *args: object) -> None:
+        with self._lock:
+            first = not self._calls
+            self._calls.append((fn, args))
+        if first:
+            # (nothing to do once the loop has closed: the server stopped, nobody waits)
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception as exc:  # (as the loop treats a failing callback: logged, not fatal)
+                failure = {"message": "a generation's callback failed", "exception": exc}
+                self.loop.call_exception_handler(failure)
+
+
+class Generation:
+    """One request's generation: its events, a round at a time, and how to stop it."""
+
+    def __init__(self, leave: Callable[[Generation], None]) -> None:
+        self.cancel = threading.Event()
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self._leave = leave
+
+    def stop(self) -> None:
+        """Its client is gone or the answer is dropped: out of the queue if it has not started,
+        else cancelled (it ends within a round). Idempotent."""
+        if not self.cancel.is_set():
+            self.cancel.set()
+            self._leave(self)
 
     async def batches(self) -> AsyncIterator[list[Event]]:
         """The events, grouped a round at a time (the last batch holds the DoneEvent). Leaving
-        the loop early (the client went away) cancels the generation."""
+        the loop early (the client went away) stops the generation."""
         try:
             while True:
-                item = await self._queue.get()
+                item = await self.queue.get()
                 if item is _END:
                     return
                 if isinstance(item, _Failure):
@@ -71,150 +120,122 @@ class Generation:
                 assert isinstance(item, list)
                 yield item
         finally:
-            self.cancel.set()  # a no-op once it ended
+            self.stop()  # a no-op once it ended
 
 
 class Slot:
-    """One pair, one generation at a time, at most `max_waiting` requests queued behind it."""
+    """One pair, up to `n_seq` generations at once and `max_waiting` more queued."""
 
-    n_seq = 1  # requests answered at once
-
-    def __init__(self, pair: ModelPair, max_waiting: int) -> None:
+    def __init__(self, pair: ModelPair, engine: Engine, max_waiting: int) -> None:
         self.pair = pair
+        self.engine = engine
+        self.n_seq = engine.n_seq
         self.max_waiting = max_waiting
-        self._waiting = 0
-        self._turn: asyncio.Lock | None = None  # made in the serving loop, on first use
-        self._running: Generation | None = None
-        self._thread: threading.Thread | None = None
+        self._in_flight = 0  # started and not ended (answered, or in the engine's inbox)
+        self._running: dict[Generation, SeqRequest] = {}
+        self._mailbox: Mailbox | None = None  # made in the serving loop, on first use
         self.stopping = Stopping()  # set at shutdown
         # Answers given so far, by how they ended ("eog", "max_tokens", "cancelled"...): /health.
         self.ended: Counter[str] = Counter()
+        self._thread = threading.Thread(target=engine.run, name="tandem-engine", daemon=True)
+        self._thread.start()
 
     @property
     def busy(self) -> bool:
-        return self._turn is not None and self._turn.locked()
+        return self._in_flight > 0
 
     @property
     def waiting(self) -> int:
-        return self._waiting
-
-    def _lock(self) -> asyncio.Lock:
-        if self._turn is None:
-            self._turn = asyncio.Lock()  # fair: waiters get it in the order they came
-        return self._turn
+        return max(0, self._in_flight - self.n_seq)
 
     async def acquire(self, gone: Awaitable[None]) -> None:
-        """Wait for this request's turn. Raises ApiError 429 when the queue is full, 503 when
-        the server is shutting down, and ClientGone when `gone` (the client disconnecting)
-        finishes first. The turn then belongs to the next `start`."""
-        watch = asyncio.ensure_future(gone)
-        try:
-            if self.stopping.is_set():
-                raise _shutting_down()
-            lock = self._lock()
-            if lock.locked() and self._waiting >= self.max_waiting:
-                raise ApiError(
-                    429,
-                    f"the server is busy: one request is being answered and {self._waiting} are "
-                    f"waiting, the most it queues (tandem serve --queue {self.max_waiting}); retry shortly",
-                    type="rate_limit_error",
-                    code="queue_full",
-                )
-            self._waiting += 1
-            take = asyncio.ensure_future(lock.acquire())
-            try:
-                await asyncio.wait({take, watch}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                self._waiting -= 1
-                if not take.done():
-                    take.cancel()  # (asyncio.Lock passes the turn on to the next waiter)
-            if not take.done() or take.cancelled():
-                raise ClientGone
-            if self.stopping.is_set():
-                lock.release()
-                raise _shutting_down()
-        finally:
-            watch.cancel()
+        """Admit the request, or raise ApiError 429 (every sequence busy and the queue full) or
+        503 (shutting down). Waiting happens in the engine's inbox."""
+        asyncio.ensure_future(gone).cancel()  # (a client that leaves later stops its Generation)
+        if self.stopping.is_set():
+            raise shutting_down()
+        if self._in_flight >= self.n_seq + self.max_waiting:
+            answered = "one request is" if self.n_seq == 1 else f"{self.n_seq} requests are"
+            raise ApiError(
+                429,
+                f"the server is busy: {answered} being answered and {self.waiting} are waiting, "
+                f"the most it queues (tandem serve --queue {self.max_waiting}); retry shortly",
+                type="rate_limit_error",
+                code="queue_full",
+            )
+        self._in_flight += 1
 
     def prepare(
         self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool
     ) -> GenerationConfig:
         """Refuse now what the engine would refuse (TandemError; ContextOverflowError for a prompt
-        that does not fit), before waiting for the pair; the config to start with."""
+        that does not fit), before the request waits; the config as the engine runs it."""
+        config = self.engine.check(config, speculative)
         self.pair.check_request(prompt, config, speculative=speculative)
         return config
 
     def start(
         self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
     ) -> Generation:
-        """Start the generation whose turn it is (after `acquire`)."""
+        """Hand an admitted request (after `acquire`) to the engine."""
         loop = asyncio.get_running_loop()
-        gen = Generation(loop)
-        self._running = gen
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = Mailbox(loop)
+        post = self._mailbox.post
+        finished = False
 
-        def release() -> None:
-            self._running = None
-            self._lock().release()
+        def end() -> None:
+            self._in_flight -= 1
+            self._running.pop(gen, None)
 
-        def work() -> None:
-            try:
-                batch: list[Event] = []
-                for ev in _events(self.pair, prompt, config, gen.cancel, speculative):
-                    batch.append(ev)
-                    if type(ev) is RoundEvent or isinstance(ev, (PrefillEvent, DoneEvent)):
-                        if isinstance(ev, DoneEvent):
-                            self.ended[ev.stats.stop_reason] += 1
-                        gen._put(batch)
-                        batch = []
-                if batch:
-                    gen._put(batch)
-            except BaseException as exc:  # answered to the request that asked
-                gen._put(_Failure(exc))
-            finally:
-                gen._put(_END)
-                _call_soon(loop, release)
+        def leave(gen: Generation) -> None:  # (on the loop: the client went away)
+            nonlocal finished
+            req = self._running.get(gen)
+            if req is not None and not finished and self.engine.withdraw(req):
+                finished = True  # it never ran: not an answer, and its place is free now
+                gen.queue.put_nowait(_END)
+                end()
 
+        gen = Generation(leave)
+        put = gen.queue.put_nowait
+
+        def emit(events: list[Event]) -> None:
+            nonlocal finished
+            post(put, events)
+            if events and isinstance(events[-1], DoneEvent):
+                self.ended[events[-1].stats.stop_reason] += 1
+                finished = True
+                post(put, _END)
+                post(end)
+
+        def fail(exc: BaseException) -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            if isinstance(exc, MemoryError):
+                exc = TandemError("out of memory while generating: use a smaller context (--ctx) or model")
+            post(put, _Failure(exc))
+            post(put, _END)
+            post(end)
+
+        req = SeqRequest(prompt, config, speculative, emit, fail, gen.cancel, gen.queue.qsize)
+        self._running[gen] = req
         if self.stopping.is_set():
             gen.cancel.set()
-        thread = threading.Thread(target=work, name="tandem-generation", daemon=True)
-        try:
-            thread.start()
-        except BaseException:
-            release()
-            raise
-        self._thread = thread
+        self.engine.submit(req)
         return gen
 
     def join(self) -> None:
-        """Wait for the last generation's thread to end: it may still be in llama.cpp when the
-        server stops, and the models must not be closed under it (once cancelled, it ends
-        within a round, or a prompt chunk)."""
-        if self._thread is not None:
-            self._thread.join()
+        """Stop the engine's thread and wait for it: it may still be in llama.cpp when the server
+        stops, and the models must not be closed under it (the running answers end, cancelled,
+        within a round or a prompt chunk)."""
+        self.engine.stop()
+        self._thread.join()
+        self.engine.close()
 
     def shutdown(self) -> None:
-        """Stop the running generation (within a round); refuse the waiting and new requests."""
+        """Stop the running generations (within a round); refuse the waiting and new requests."""
         self.stopping.set()
-        running = self._running
-        if running is not None:
-            running.cancel.set()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object) -> None:
-    """Hand `callback` to the event loop from the generation's thread; nothing to do once the
-    loop has closed (the server stopped: nobody waits for this)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback, *args)
-
-
-def _events(
-    pair: ModelPair,
-    prompt: Sequence[int],
-    config: GenerationConfig,
-    cancel: threading.Event,
-    speculative: bool,
-) -> Iterator[Event]:
-    try:
-        yield from pair.generate(prompt, config, speculative=speculative, cancel=cancel)
-    except MemoryError:
-        raise TandemError("out of memory while generating: use a smaller context (--ctx) or model") from None
+        for gen in list(self._running):
+            gen.cancel.set()

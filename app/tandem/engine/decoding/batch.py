@@ -166,6 +166,15 @@ class BatchEngine:
             self._inbox.append(req)
             self._wake.notify()
 
+    def withdraw(self, req: SeqRequest) -> bool:
+        """Take a request that has not been admitted out of the inbox; False once it has."""
+        with self._wake:
+            try:
+                self._inbox.remove(req)
+            except ValueError:
+                return False
+            return True
+
     def stop(self) -> None:
         with self._wake:
             self._stopped = True
@@ -243,8 +252,10 @@ class BatchEngine:
             s.req.cancel.set()
         with contextlib.suppress(Exception):
             self.step()  # ends the cancelled ones with their DoneEvent
-        while self._inbox:
-            self._inbox.popleft().fail(TandemError("the server is shutting down"))
+        with self._wake:  # (under the lock: a client leaving may withdraw one meanwhile)
+            waiting, self._inbox = list(self._inbox), deque()
+        for req in waiting:
+            req.fail(TandemError("the server is shutting down"))
 
     def _admit(self, req: SeqRequest) -> None:
         prompt = list(req.prompt)

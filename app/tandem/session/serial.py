@@ -1,0 +1,90 @@
+"""One request at a time behind the batched engine's face (submit, run, stop, close, check,
+withdraw), so that a server holds one kind of slot whatever its --parallel: `tandem serve
+--parallel 1`, and a pair the batched engine cannot take (a recurrent target), answer here,
+every drafter kind as `tandem run` runs it.
+
+Requests wait in an inbox, first come first served; the engine's thread answers them one after
+another through `ModelPair.generate` and hands their events over a round at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
+
+if TYPE_CHECKING:
+    from ..engine import ModelPair, SeqRequest
+
+
+class SerialEngine:
+    """One pair, one generation at a time, in the thread that calls `run`."""
+
+    n_seq = 1  # requests answered at once
+
+    def __init__(self, pair: ModelPair) -> None:
+        self.pair = pair
+        self._inbox: deque[SeqRequest] = deque()
+        self._wake = threading.Condition()
+        self._stopped = False
+
+    def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
+        """Every config one sequence can run (ModelPair.check_request says what it cannot)."""
+        return config
+
+    def submit(self, req: SeqRequest) -> None:
+        with self._wake:
+            self._inbox.append(req)
+            self._wake.notify()
+
+    def withdraw(self, req: SeqRequest) -> bool:
+        """Take a request that has not started out of the inbox; False once it has."""
+        with self._wake:
+            try:
+                self._inbox.remove(req)
+            except ValueError:
+                return False
+            return True
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Nothing of its own: the pair is closed by whoever opened it."""
+
+    def run(self) -> None:
+        """Answers until stopped; the requests still waiting then are told the server stops."""
+        while True:
+            with self._wake:
+                while not self._stopped and not self._inbox:
+                    self._wake.wait()
+                if self._stopped:
+                    break
+                req = self._inbox.popleft()
+            _answer(self.pair, req)
+        with self._wake:  # (under the lock: a client leaving may withdraw one meanwhile)
+            waiting, self._inbox = list(self._inbox), deque()
+        for req in waiting:
+            req.fail(TandemError("the server is shutting down"))
+
+
+def _answer(pair: ModelPair, req: SeqRequest) -> None:
+    """One generation, its events handed over a round at a time (the loop does a round's work
+    once, not a token's); a failure goes to the request that asked."""
+    try:
+        batch: list[Event] = []
+        for ev in pair.generate(req.prompt, req.config, speculative=req.speculative, cancel=req.cancel):
+            batch.append(ev)
+            if type(ev) is RoundEvent or isinstance(ev, (PrefillEvent, DoneEvent)):
+                req.emit(batch)
+                batch = []
+        if batch:
+            req.emit(batch)
+    except BaseException as exc:
+        req.fail(exc)
+        if not isinstance(exc, Exception):
+            raise
