@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gpu_lane
 from run_helpers import assert_same_greedy, run
 from tandem.engine import ChatMessage, ContextOverflowError, ModelPair, SamplerSettings
 from tandem.engine.sampling import distribution
@@ -197,7 +198,8 @@ def test_switching_between_greedy_and_sampling_keeps_one_greedy_sampler(tiny_pai
     same either way."""
     prompt = tiny_pair.raw_prompt("Once upon a time")
     first = run(tiny_pair, prompt, max_tokens=16, draft_max=4)
-    for seed in range(6):
+    switches = 2 if gpu_lane.slow_device() else 6  # (lavapipe: ~9 s a switch)
+    for seed in range(switches):
         run(tiny_pair, prompt, max_tokens=16, draft_max=4, temperature=0.8, seed=seed)
         again = run(tiny_pair, prompt, max_tokens=16, draft_max=4)
         assert again.ids == first.ids
