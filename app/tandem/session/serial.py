@@ -9,11 +9,10 @@ another through `ModelPair.generate` and hands their events over a round at a ti
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from typing import TYPE_CHECKING
 
 from ..engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
+from ..engine.decoding.inbox import Inbox
 
 if TYPE_CHECKING:
     from ..engine import ModelPair, SeqRequest
@@ -26,49 +25,30 @@ class SerialEngine:
 
     def __init__(self, pair: ModelPair) -> None:
         self.pair = pair
-        self._inbox: deque[SeqRequest] = deque()
-        self._wake = threading.Condition()
-        self._stopped = False
+        self._inbox: Inbox[SeqRequest] = Inbox()
 
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
         """Every config one sequence can run (ModelPair.check_request says what it cannot)."""
         return config
 
     def submit(self, req: SeqRequest) -> None:
-        with self._wake:
-            self._inbox.append(req)
-            self._wake.notify()
+        self._inbox.put(req)
 
     def withdraw(self, req: SeqRequest) -> bool:
         """Take a request that has not started out of the inbox; False once it has."""
-        with self._wake:
-            try:
-                self._inbox.remove(req)
-            except ValueError:
-                return False
-            return True
+        return self._inbox.withdraw(req)
 
     def stop(self) -> None:
-        with self._wake:
-            self._stopped = True
-            self._wake.notify()
+        self._inbox.stop()
 
     def close(self) -> None:
         """Nothing of its own: the pair is closed by whoever opened it."""
 
     def run(self) -> None:
         """Answers until stopped; the requests still waiting then are told the server stops."""
-        while True:
-            with self._wake:
-                while not self._stopped and not self._inbox:
-                    self._wake.wait()
-                if self._stopped:
-                    break
-                req = self._inbox.popleft()
+        while (req := self._inbox.next()) is not None:
             _answer(self.pair, req)
-        with self._wake:  # (under the lock: a client leaving may withdraw one meanwhile)
-            waiting, self._inbox = list(self._inbox), deque()
-        for req in waiting:
+        for req in self._inbox.drain():
             req.fail(TandemError("the server is shutting down"))
 
 

@@ -28,7 +28,6 @@ import contextlib
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -50,6 +49,7 @@ from ..llama.sequences import Piece, SeqContext
 from ..sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Want
+from .inbox import Inbox
 
 # Drafter choices a parallel sequence can run (auto: a draft model and/or prompt lookup).
 PARALLEL_KINDS = (AUTO, MODEL, LOOKUP)
@@ -130,11 +130,9 @@ class BatchEngine:
         self.costs = BatchCosts()
         # Acceptance per draft by kind, over every sequence's rounds: where a new one starts.
         self.alpha = dict(ALPHA_PRIOR)
-        self._inbox: deque[SeqRequest] = deque()
-        self._wake = threading.Condition()
+        self._inbox: Inbox[SeqRequest] = Inbox()
         self._active: dict[int, _Seq] = {}
         self._free = list(range(self.n_seq))
-        self._stopped = False
 
     @staticmethod
     def left_out(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
@@ -162,23 +160,14 @@ class BatchEngine:
         return exact.resolve(config, plan, "with parallel sequences")
 
     def submit(self, req: SeqRequest) -> None:
-        with self._wake:
-            self._inbox.append(req)
-            self._wake.notify()
+        self._inbox.put(req)
 
     def withdraw(self, req: SeqRequest) -> bool:
         """Take a request that has not been admitted out of the inbox; False once it has."""
-        with self._wake:
-            try:
-                self._inbox.remove(req)
-            except ValueError:
-                return False
-            return True
+        return self._inbox.withdraw(req)
 
     def stop(self) -> None:
-        with self._wake:
-            self._stopped = True
-            self._wake.notify()
+        self._inbox.stop()
 
     @property
     def active(self) -> int:
@@ -231,17 +220,18 @@ class BatchEngine:
         with contextlib.suppress(Exception):  # (a failure here leaves the priors: no harm)
             self.calibrate()
         while True:
-            with self._wake:
-                while not self._stopped and not self._inbox and not self._active:
-                    self._wake.wait()
-                if self._stopped:
+            inbox = self._inbox
+            with inbox.wake:
+                while not inbox.stopped and not inbox.items and not self._active:
+                    inbox.wake.wait()
+                if inbox.stopped:
                     break
-                while self._inbox and self._free:
-                    self._admit(self._inbox.popleft())
+                while inbox.items and self._free:
+                    self._admit(inbox.items.popleft())
             try:
                 if not self.step():
-                    with self._wake:  # every sequence waits for its reader
-                        self._wake.wait(0.005)
+                    with self._inbox.wake:  # every sequence waits for its reader
+                        self._inbox.wake.wait(0.005)
             except BaseException as exc:  # every sequence of the failed batch is told
                 for s in list(self._active.values()):
                     self._release(s)
@@ -252,9 +242,7 @@ class BatchEngine:
             s.req.cancel.set()
         with contextlib.suppress(Exception):
             self.step()  # ends the cancelled ones with their DoneEvent
-        with self._wake:  # (under the lock: a client leaving may withdraw one meanwhile)
-            waiting, self._inbox = list(self._inbox), deque()
-        for req in waiting:
+        for req in self._inbox.drain():
             req.fail(TandemError("the server is shutting down"))
 
     def _admit(self, req: SeqRequest) -> None:
