@@ -17,9 +17,11 @@ from typing import Any, TypeVar
 
 from tandem.engine import PromptCancelled
 
-from .slot import ClientGone
-
 T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected while its prompt was being built."""
 
 
 class StoppedBuilding(Exception):

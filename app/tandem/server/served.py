@@ -23,7 +23,7 @@ from .prompts import PromptBuilds, StoppedBuilding
 from .replies import disconnected, shutdown_error, streamed, whole
 from .schema import ChatCompletionRequest, CompletionRequest
 from .settings import ServeSettings
-from .slot import ClientGone, Slot
+from .slot import Slot
 
 if TYPE_CHECKING:
     from tandem.engine import ModelPair
@@ -135,7 +135,7 @@ class Served:
         body: ChatCompletionRequest | CompletionRequest,
         reasoning: ReasoningSplit | None = None,
     ) -> Response:
-        """The engine's checks now (not after waiting for the pair), a turn in the queue, then
+        """The engine's checks now (not after waiting for the pair), a place in the queue, then
         the answer streamed or whole."""
         settings, slot = self.settings, self.slot
         if choices.max_tokens is None:  # not asked for, here or by the server: until the context is full
@@ -148,10 +148,7 @@ class Served:
             raise ApiError(400, str(exc), param=param, code="context_length_exceeded") from None
         except TandemError as exc:
             raise bad_request(str(exc)) from None
-        try:
-            await slot.acquire(disconnected(request))
-        except ClientGone:
-            return Response(status_code=499)  # nobody reads it: the client left while waiting
+        slot.admit()
         gen = slot.start(prompt, config, speculative=settings.speculative)
         frame = Answer(kind, settings.model_id)
         if body.stream:

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -44,10 +44,6 @@ class Engine(Protocol):
     def run(self) -> None: ...
     def stop(self) -> None: ...
     def close(self) -> None: ...
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer started."""
 
 
 def shutting_down() -> ApiError:
@@ -148,10 +144,10 @@ class Slot:
     def waiting(self) -> int:
         return max(0, self._in_flight - self.n_seq)
 
-    async def acquire(self, gone: Awaitable[None]) -> None:
+    def admit(self) -> None:
         """Admit the request, or raise ApiError 429 (every sequence busy and the queue full) or
-        503 (shutting down). Waiting happens in the engine's inbox."""
-        asyncio.ensure_future(gone).cancel()  # (a client that leaves later stops its Generation)
+        503 (shutting down). Waiting happens in the engine's inbox; a client that leaves while it
+        waits stops its Generation, which withdraws it."""
         if self.stopping.is_set():
             raise shutting_down()
         if self._in_flight >= self.n_seq + self.max_waiting:
@@ -177,7 +173,7 @@ class Slot:
     def start(
         self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
     ) -> Generation:
-        """Hand an admitted request (after `acquire`) to the engine."""
+        """Hand an admitted request (after `admit`) to the engine."""
         loop = asyncio.get_running_loop()
         if self._mailbox is None or self._mailbox.loop is not loop:
             self._mailbox = Mailbox(loop)
@@ -189,10 +185,10 @@ class Slot:
             self._running.pop(gen, None)
 
         def leave(gen: Generation) -> None:  # (on the loop: the client went away)
-            nonlocal finished
             req = self._running.get(gen)
-            if req is not None and not finished and self.engine.withdraw(req):
-                finished = True  # it never ran: not an answer, and its place is free now
+            if req is not None and self.engine.withdraw(req):
+                # It never ran (the engine will not call emit or fail): not an answer, and its
+                # place is free now.
                 gen.queue.put_nowait(_END)
                 end()
 

@@ -12,9 +12,9 @@ from tandem.engine import ChatPrompt
 from tandem.session.prompts import build_chat, system_folded_note
 
 from ..errors import bad_request
+from ..prompts import ClientGone
 from ..schema import ChatCompletionRequest, CompletionRequest
 from ..served import Served, served
-from ..slot import ClientGone
 
 router = APIRouter()
 Server = Annotated[Served, Depends(served)]
