@@ -20,6 +20,9 @@ def _files(tmp_path: Path) -> tuple[Path, Path]:
     return target, draft
 
 
+_GOOD = {"speedup": 1.2, "acceptance": 0.5, "tokens_per_pass": 1.5}
+
+
 def _m(**speedups: float) -> Measurement:
     return Measurement(
         {n: SettingResult(s, 0.5, 1.5) for n, s in speedups.items()}, 1795262400.0, "CPU", 30, 2
@@ -59,6 +62,9 @@ def test_a_replaced_file_is_not_credited_with_the_old_figure(tmp_path: Path) -> 
         {"settings": {"auto": {"speedup": float("inf"), "acceptance": 0.5, "tokens_per_pass": 1}}},
         {"settings": {}, "when": 1, "device": "CPU", "prompts": 1, "runs": 1},
         {"settings": {"auto": {"speedup": -1, "acceptance": 0.5, "tokens_per_pass": 1}}},
+        # Dates no bench wrote: time.localtime raised OverflowError on 1e300, in `tandem pairs`
+        # and in the app's picker (which opens at the first start: the app could not start).
+        *({"settings": {"auto": _GOOD}, "when": w} for w in (1e300, 2e11, -1.0, "1", True)),
     ],
 )
 def test_an_entry_it_did_not_write_is_ignored(tmp_path: Path, entry: object) -> None:
@@ -72,6 +78,18 @@ def test_an_entry_it_did_not_write_is_ignored(tmp_path: Path, entry: object) -> 
     assert measured.lookup(target, draft, store) is None
     measured.record(target, draft, _m(auto=1.0), store)  # and it is replaced by a good one
     assert measured.lookup(target, draft, store) == _m(auto=1.0)
+
+
+def test_a_date_a_bench_could_have_written_is_kept_and_shown(tmp_path: Path) -> None:
+    target, draft = _files(tmp_path)
+    store = tmp_path / "measured.json"
+    key = measured.pair_key(target, draft)
+    assert key is not None
+    for when in (0, 1795262400, 9.9e10):  # the epoch, 2026, the year 5107
+        entry = {"settings": {"auto": _GOOD}, "when": when, "device": "CPU", "prompts": 1, "runs": 1}
+        store.write_text(json.dumps({key: entry}))
+        got = measured.lookup(target, draft, store)
+        assert got is not None and got.summary().startswith("1.20x (auto, bench ")
 
 
 def test_from_a_bench_report_the_headline_setting_s_categories() -> None:

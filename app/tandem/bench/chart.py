@@ -11,7 +11,6 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
 
 RGB = tuple[int, int, int]
 
@@ -135,9 +134,10 @@ def text_width(s: str, scale: int = 2) -> int:
 
 
 def speedup_chart(
-    path: Path, title: str, groups: Sequence[str], series: Sequence[str], values: Sequence[Sequence[float]]
-) -> None:
-    """Grouped bars: values[g][s] is the speedup of series s in group g; 1.0x is marked."""
+    title: str, groups: Sequence[str], series: Sequence[str], values: Sequence[Sequence[float]]
+) -> bytes:
+    """Grouped bars as a PNG file's bytes (the caller writes them): values[g][s] is the speedup
+    of series s in group g; 1.0x is marked."""
     bar, gap, left, top, bottom = 22, 26, 90, 70, 80
     plot_h = 320
     group_w = max(len(series) * bar, max((text_width(g) for g in groups), default=0)) + gap
@@ -180,4 +180,4 @@ def speedup_chart(
     c.rect(lx, y + 7, lx + 16, y + 9, REF)
     c.text(lx + 24, y, "target alone")
     c.text(left, height - 30, "decode tokens/s relative to the target alone (higher is faster)")
-    path.write_bytes(c.png())
+    return c.png()

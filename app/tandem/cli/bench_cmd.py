@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,9 @@ def bench(opts: BenchOptions) -> int:
     if opts.runs < 1:
         raise TandemError("--runs must be at least 1")
     opts.choices.validate()
+    # Before minutes of benchmark: an output nowhere to be written is refused now, not after.
+    _check_output(opts.json, "--json")
+    _check_output(opts.chart, "--chart")
     prompts = load_prompts(opts.prompts)
     if opts.categories:
         prompts = [p for p in prompts if p.category in opts.categories]
@@ -114,7 +120,7 @@ def bench(opts: BenchOptions) -> int:
         # (a K exactness caps, said once)
         for note in dict.fromkeys(filter(None, (exact_note(pair, s.config) for s in settings))):
             print(f"note: {note}", file=sys.stderr)
-        encoded = [text_prompt(pair, p.text, raw=opts.raw) for p in prompts]
+        encoded = [text_prompt(pair, p.text, raw=opts.raw, within_context=True) for p in prompts]
         k_top = max(s.config.k_max for s in settings)
         flat = [t for e in encoded for t in e]
         context = (flat * (1 + (k_top + 64) // len(flat)))[:256]  # long enough for K+1
@@ -172,23 +178,95 @@ def bench(opts: BenchOptions) -> int:
             )
         _keep_measurement(pair, report, exact=any(r.stats.exact for r in records))
     print(format_tables(report, prompts))
+    written = True
     if opts.json:
-        opts.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"results written to {opts.json}", file=sys.stderr)
+        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        written &= _write_output(opts.json, text.encode("utf-8"), "results")
     if opts.chart:
         cats = list(report["categories"])
         names = list(report["settings"])
         title = f"tandem bench: {Path(report['target']).stem}"
         values = [[report["categories"][cat][n]["speedup"] for n in names] for cat in cats]
-        speedup_chart(
-            opts.chart,
+        png = speedup_chart(
             title,
             [*cats, "overall"],
             names,
             [*values, [report["overall"][n]["speedup"] for n in names]],
         )
-        print(f"chart written to {opts.chart}", file=sys.stderr)
-    return 0
+        written &= _write_output(opts.chart, png, "chart")
+    return 0 if written else 1
+
+
+def _check_output(path: Path | None, flag: str) -> None:
+    """Refuse (TandemError, one line) an output file that cannot be written: its folder is
+    missing or is not a folder, it is a folder itself, or nothing can be created there (read
+    only, no permission). A device or a pipe that exists (/dev/stdout) is written as it is."""
+    if path is None:
+        return
+    try:
+        if path.is_dir():
+            raise TandemError(f"{flag} {path} is a folder: give the path of a file to write")
+        if path.exists() and not path.is_file():
+            return
+        folder = Path(os.path.realpath(path)).parent  # (a link: where the file it names is)
+        if not folder.exists():
+            raise TandemError(
+                f"{flag} {path}: the folder {folder} does not exist: create it first, or give another path"
+            )
+        if not folder.is_dir():
+            raise TandemError(f"{flag} {path}: {folder} is not a folder: give another path")
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise TandemError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def _write_output(path: Path, data: bytes, what: str) -> bool:
+    """Write `data` to `path` whole or not at all, and say so on standard error: a temporary
+    file beside it is renamed over it, so a full disk leaves the previous file (or none), never
+    an empty or partial one. False, after one line saying why, when it could not be written
+    (the tables on standard output still hold the results)."""
+    try:
+        _write_whole(path, data)
+    except OSError as exc:
+        print(
+            f"tandem: error: the {what} could not be written to {path}: {exc.strerror or exc} "
+            "(the tables above hold the results)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"{what} written to {path}", file=sys.stderr)
+    return True
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:  # a device or a pipe (/dev/stdout): nothing to rename over
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return
+    dest = Path(os.path.realpath(path))  # (a link keeps pointing at the file it names)
+    try:
+        mode = stat.S_IMODE(os.stat(dest).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # as open() would have created it
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _llama_bench(opts: BenchOptions, pair: ModelPair, tokens: int) -> versus.LlamaBench | None:

@@ -99,7 +99,9 @@ def run(opts: RunOptions) -> int:
             print(f"note: {drafting}", file=sys.stderr)
         if exact and speculative and not opts.json:
             print(f"note: {exact}", file=sys.stderr)
-        chat = build_text(pair, text, raw=opts.raw, system=opts.system, think=choices.think)
+        chat = build_text(
+            pair, text, raw=opts.raw, system=opts.system, think=choices.think, within_context=True
+        )
         prompt, cfg = chat.tokens, with_reasoning(cfg, chat)
         if not opts.raw:
             notes = [thinking_note(pair, choices.think)]

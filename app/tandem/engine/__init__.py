@@ -13,11 +13,13 @@ from .config import (
     DRAFT_MAX_LIMIT,
     FIXED_K,
     MAX_SEQUENCES,
+    MAX_STOPS,
     MIN_CONTEXT,
     RPC_PORT_DEFAULT,
     DrafterChoice,
     GenerationConfig,
     LoadOptions,
+    check_stops,
 )
 from .decoding.costs import MeasuredCosts, mean_costs, measure_costs
 from .decoding.speedup import SpeedupMeter, with_speedup
@@ -94,6 +96,7 @@ __all__ = [
     "DRAFT_MAX_LIMIT",
     "FIXED_K",
     "MAX_SEQUENCES",
+    "MAX_STOPS",
     "MIN_CONTEXT",
     "REASONING",
     "RESERVED_VARIABLES",
@@ -141,6 +144,7 @@ __all__ = [
     "TokenEvent",
     "UnusableFile",
     "check_pair",
+    "check_stops",
     "compatibility_problems",
     "describe_state",
     "drafter_across_tokenizers",

@@ -23,6 +23,11 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+# A temperature below this samples as greedy decoding does (the argmax): at 1e-6 a token 1e-4
+# logits below the best is e^-100 times as likely, and far below it (1e-320) the logits divided
+# by the temperature overflow to infinity, every probability is NaN and every draft rejected.
+MIN_TEMPERATURE = 1e-6
+
 # For top-p without top-k we first look at the most likely tokens only; if they already hold
 # top_p of the mass the answer is exact, otherwise we fall back to a full sort.
 _TOP_P_PREFILTER = 1024
@@ -36,7 +41,7 @@ class NonFiniteLogits(ValueError):
 
 @dataclass(frozen=True)
 class SamplerSettings:
-    temperature: float = 0.0  # 0 = greedy (argmax); the rest is then ignored
+    temperature: float = 0.0  # 0 (or below MIN_TEMPERATURE) = greedy (argmax); the rest is then ignored
     top_k: int = 40  # 0 = off
     top_p: float = 0.95  # 1 = off
     min_p: float = 0.05  # 0 = off
@@ -47,7 +52,7 @@ class SamplerSettings:
     greedy: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "greedy", self.temperature <= 0.0 or self.top_k == 1)
+        object.__setattr__(self, "greedy", self.temperature < MIN_TEMPERATURE or self.top_k == 1)
 
     def validate(self) -> None:
         # Written so that NaN fails every check (a comparison with NaN is always False).

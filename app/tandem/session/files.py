@@ -27,6 +27,17 @@ APP_NAME = "tandem"
 LOCK_TIMEOUT_S = 10.0
 # Tandem's JSON files are a few KiB. Anything larger is not a file Tandem wrote.
 MAX_JSON_BYTES = 16 << 20
+# The latest time (seconds since the epoch) a file Tandem wrote can hold: the year 5138. Saved
+# times are shown as dates (time.localtime, which raises OverflowError or OSError far beyond).
+MAX_TIMESTAMP = 1e11
+
+
+def is_plausible_time(v: object) -> bool:
+    """Whether `v` is a time Tandem could have written (seconds since the epoch, as a number):
+    finite, not negative, not past MAX_TIMESTAMP. Anything else in a file is not Tandem's."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return 0 <= v <= MAX_TIMESTAMP  # (NaN fails both comparisons; an int may be any size)
 
 
 def data_dir() -> Path:

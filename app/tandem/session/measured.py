@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .files import data_dir, read_json, update_json
+from .files import data_dir, is_plausible_time, read_json, update_json
 
 FILE_NAME = "measured.json"
 AUTO = "auto"
@@ -72,7 +72,7 @@ class Measurement:
             categories = {str(c): _finite(v) for c, v in (d.get("categories") or {}).items()}
             m = cls(
                 settings,
-                _finite(d["when"]),
+                _time(d["when"]),
                 str(d["device"]),
                 int(d["prompts"]),
                 int(d["runs"]),
@@ -89,6 +89,14 @@ def _finite(x: Any) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(x)
     return v
+
+
+def _time(x: Any) -> float:
+    """A date Tandem wrote (time.time()): one past the year 5000, or not a number, would crash
+    the date shown for it (time.localtime), in `tandem pairs` and in the app's picker."""
+    if not is_plausible_time(x):
+        raise ValueError(x)
+    return float(x)
 
 
 def pair_key(target: Path, draft: Path | None) -> str | None:

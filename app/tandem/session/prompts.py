@@ -79,18 +79,30 @@ def build_chat(
     return ChatPrompt(pair.raw_prompt(transcript(messages), within_context=within_context))
 
 
-def text_prompt(pair: ModelPair, text: str, *, raw: bool = False, system: str | None = None) -> list[int]:
-    """One prompt (`tandem run`, the benchmark, the demo): raw text, or a one-turn chat."""
-    return build_text(pair, text, raw=raw, system=system).tokens
+def text_prompt(
+    pair: ModelPair, text: str, *, raw: bool = False, system: str | None = None, within_context: bool = False
+) -> list[int]:
+    """One prompt (`tandem run`, the benchmark, the demo): raw text, or a one-turn chat.
+    `within_context`: as for build_text."""
+    return build_text(pair, text, raw=raw, system=system, within_context=within_context).tokens
 
 
 def build_text(
-    pair: ModelPair, text: str, *, raw: bool = False, system: str | None = None, think: bool | None = None
+    pair: ModelPair,
+    text: str,
+    *,
+    raw: bool = False,
+    system: str | None = None,
+    think: bool | None = None,
+    within_context: bool = False,
 ) -> ChatPrompt:
-    """One prompt as a ChatPrompt: raw text (nothing to split), or a one-turn chat."""
+    """One prompt as a ChatPrompt: raw text (nothing to split), or a one-turn chat.
+    `within_context`: refuse (ContextOverflowError) a text with more characters than the
+    context can hold before tokenizing it (megabytes took seconds and gigabytes to tokenize
+    only to be refused afterwards), as the server does."""
     if raw:
-        return ChatPrompt(pair.raw_prompt(text))
-    return build_chat(pair, messages_for(text, system), think=think)
+        return ChatPrompt(pair.raw_prompt(text, within_context=within_context))
+    return build_chat(pair, messages_for(text, system), think=think, within_context=within_context)
 
 
 def with_reasoning(config: GenerationConfig, prompt: ChatPrompt) -> GenerationConfig:

@@ -21,15 +21,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from tandem.engine import ChatMessage, Origin, read_small_text
-from tandem.session.files import write_json
+from tandem.session.files import is_plausible_time, write_json
 from tandem.ui.storage import MAX_CHAT_BYTES
 
 Role = Literal["user", "assistant"]
 _ORIGIN_CODE = {Origin.DRAFT: "d", Origin.TARGET: "t", Origin.BONUS: "b"}
 _CODE_ORIGIN = {v: k for k, v in _ORIGIN_CODE.items()}
 TITLE_CHARS = 60
-# Saved times are shown as dates (time.localtime); past the year 5000 is not one Tandem wrote.
-_MAX_TIMESTAMP = 1e11
 
 
 def _is_text(v: object) -> TypeGuard[str]:
@@ -58,7 +56,8 @@ def _is_amount(v: object) -> bool:
 
 
 def _is_timestamp(v: object) -> bool:
-    return _is_amount(v) and isinstance(v, (int, float)) and v <= _MAX_TIMESTAMP
+    """Saved times are shown as dates (time.localtime): only one Tandem could have written."""
+    return is_plausible_time(v)
 
 
 def _is_scalar(v: object) -> bool:
