@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import gguf_edit
 import model_files
 import tandem.engine.decoding.batch as batch_module  # where a sequence's verification lives
 from sampling_law import chi_square_p, exact_joint
@@ -25,6 +26,7 @@ from tandem.engine import (
     LoadOptions,
     ModelPair,
     PrefillEvent,
+    RoundEvent,
     SamplerSettings,
     SeqRequest,
     TandemError,
@@ -230,6 +232,24 @@ def test_a_long_prompt_is_read_in_chunks_while_others_answer(
     assert 0 < short.first_token_at < big.prefilled_at
 
 
+def test_a_prompt_s_read_is_its_prefill_time_and_each_pass_gives_a_token(
+    parallel_pair: ModelPair, engine: BatchEngine
+) -> None:
+    """Usage under --parallel: a prompt read in one decode with its first token counts that
+    decode as its prefill (it used to show 0.0002 s, its time in the answer's), and tokens per
+    pass count each pass's own token (an end-of-generation one too: a 1-token answer read 0.5)."""
+    text = " ".join(f"Line {i}: the {i}th lamp is lit." for i in range(14))
+    prompt = chat_prompt(parallel_pair, messages_for(text + " Which lamp is the last?"))
+    assert 150 < len(prompt) < 256  # (read in one decode, with its last token)
+    asked = run(engine, [Asked(prompt, GenerationConfig(max_tokens=8))])[0]
+    assert asked.done is not None
+    stats = asked.done.stats
+    assert stats.prefill_tokens == len(prompt) and stats.prefill_s > 0.02, stats.prefill_s
+    one_token_then_eog = replace(stats, generated=1, rounds=2, drafted=0, accepted=0)
+    assert one_token_then_eog.tokens_per_round == 1.0
+    assert stats.tokens_per_round >= 1.0
+
+
 def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: BatchEngine) -> None:
     with pytest.raises(TandemError, match="one sequence at a time"):
         engine.check(GenerationConfig(drafter="mtp"), True)
@@ -242,6 +262,48 @@ def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: B
             alone.check(GenerationConfig(drafter=MODEL), True)
     finally:
         alone.close()
+
+
+def test_a_draft_model_with_a_shorter_context_stops_drafting_not_the_batch(
+    smollm2_f16: Path, smollm2_q4_1: Path, tmp_path: Path
+) -> None:
+    """A draft trained on a shorter context than the target's (a 32k draft beside a 128k
+    target, gemma3-12b's case): an answer that outgrows it goes on without the draft model, and
+    its neighbour is untouched (it used to fail every sequence of the batch: "sequence 0 of the
+    draft is full")."""
+    short_draft = gguf_edit.with_metadata(smollm2_q4_1, tmp_path / "short.gguf", {"llama.context_length": 96})
+    with ModelPair.load(smollm2_f16, short_draft, LoadOptions(n_ctx=512, n_seq=2)) as pair:
+        assert pair.draft is not None and pair.draft.n_ctx <= 128 and pair.target.n_ctx == 512  # (padded)
+        counting = pair.target.tokenize("1, 2, 3, 4, 5, 6, 7, 8, 9, 10,")
+        with running(pair) as eng:
+            long = Asked(counting, GenerationConfig(max_tokens=160, drafter=MODEL, adaptive=False))
+            other = Asked(prompts(pair)[1], GenerationConfig(max_tokens=120, drafter=MODEL, adaptive=False))
+            run(eng, [long, other])
+    assert long.done is not None and long.done.stats.stop_reason == "max_tokens"
+    assert other.done is not None and other.done.stats.stop_reason in ("max_tokens", "eog")
+    assert len(counting) + 160 > 128  # (it did outgrow the draft's context)
+    drafted_at = [r.drafted for r in long.events if isinstance(r, RoundEvent)]
+    assert any(drafted_at), "the draft model never drafted"
+
+
+def test_a_seeded_answer_repeats_and_exact_is_not_claimed_where_it_does_not_hold(
+    smollm2_q4_1: Path,
+) -> None:
+    """A Q4_1 target (not repacked: exact alone) with four sequences: exact output is refused
+    with the reason, not claimed (a sequence's cells are not in position order in the shared
+    cache: 9 of 34 "exact" answers differed beside sampling neighbours); a seeded sampling
+    request asked three times alone gives one answer, its prompt read or cached (the first
+    used to take its first token from the prompt's chunk, computed with other kernels)."""
+    with ModelPair.load(smollm2_q4_1, smollm2_q4_1, LoadOptions(n_ctx=512, n_seq=4)) as pair:
+        assert pair.target.exact_plan.possible
+        with running(pair) as eng:
+            with pytest.raises(TandemError, match="parallel sequences share one KV cache"):
+                eng.check(GenerationConfig(exact=True), True)
+            assert eng.check(GenerationConfig(), True).exact is False
+            prompt = chat_prompt(pair, messages_for("Name three rivers."))
+            seeded = GenerationConfig(max_tokens=40, sampler=SamplerSettings(temperature=0.8, seed=7))
+            answers = [run(eng, [Asked(prompt, seeded)])[0].tokens for _ in range(3)]
+    assert answers[1] == answers[0] and answers[2] == answers[0]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -177,3 +181,59 @@ def test_a_body_over_the_limit_is_refused_unread(tiny_target: Path) -> None:
     finally:
         code, _, err = stop_serve(proc)
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_parallel_sequences_are_ready_before_it_says_so_and_a_ctrl_c_meanwhile_stops_it(
+    smollm2_f16: Path, smollm2_q4_1: Path
+) -> None:
+    """With --parallel the engine times this machine's batches first (seconds; the Qwen pair's
+    17 s): the server says where it listens, and answers /health, only after; a Ctrl+C while it
+    measures stops it at once (it used to take the whole measurement: 17.2 s)."""
+    command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(smollm2_f16)]
+    args = ["--draft", str(smollm2_q4_1), "--parallel", "4", "--threads", "1", "--port", "0"]
+    proc = subprocess.Popen(
+        [*command, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stderr is not None
+    try:
+        first = ""
+        for line in proc.stderr:
+            if "timing" in line or "/v1" in line:
+                first = line
+                break
+        assert "timing this machine's batches" in first, first  # (not "at http://...": not ready)
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        code = proc.wait(10)
+        took = time.perf_counter() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0 and "Traceback" not in rest, (code, rest)
+    assert took < 2.5, took
+    assert "/v1" not in rest  # (it never said it was ready)
+
+
+def test_with_parallel_sequences_it_answers_at_once_once_it_says_it_listens(
+    smollm2_f16: Path, smollm2_q4_1: Path
+) -> None:
+    proc, port = start_serve(smollm2_f16, "--draft", str(smollm2_q4_1), "--parallel", "4")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        body = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200
+        took = time.perf_counter() - t0
+        conn.close()
+    finally:
+        code, _, err = stop_serve(proc)
+    assert code == 0, err
+    assert took < 1.5, took  # (not behind the batches' timing: 4.8 s on a 2-core Xeon)

@@ -242,6 +242,7 @@ class ServeOptions:
     allow_host: tuple[str, ...]
     max_body: float | None
     parallel: int | None = None
+    private_cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -350,6 +351,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         tuple(args.allow_host),
         args.max_body,
         args.parallel,
+        args.private_cache,
     )
 
 

@@ -86,11 +86,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "at least 4 MiB)",
     )
     g.add_argument(
+        "--private-cache",
+        action="store_true",
+        help="reuse no other request's cached prompt for a request without a prompt_cache_key (or "
+        "user) field. By default such requests share the cache: a client can tell from the "
+        "`cached_tokens` it is told (and from its speed) how the prompts and answers of other "
+        "clients' recent requests began; a request with a key reuses only its key's cache",
+    )
+    g.add_argument(
         "--name",
         metavar="NAME",
         help="the model name clients use (default: the pair's, or the target's file name)",
     )
     p.set_defaults(func=serve, options=serve_options)
+
+
+def cache_sharing(private: bool) -> str:
+    """The start's line on who reuses whose cached prompts (what a shared cache reveals)."""
+    if private:
+        return "cache: a request reuses cached prompts only of requests with its prompt_cache_key (or user)"
+    return (
+        "cache: requests without a prompt_cache_key (or user) share cached prompts: each can learn how "
+        "the others' recent prompts and answers began (--private-cache stops it)"
+    )
 
 
 def model_id(ref: PairRef) -> str:
@@ -183,6 +201,7 @@ def serve(opts: ServeOptions) -> int:
                 allowed_hosts=tuple(opts.allow_host),
                 max_body=None if opts.max_body is None else int(opts.max_body * 2**20),
                 parallel=pair.target.options.n_seq,
+                private_cache=opts.private_cache,
             )
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
@@ -198,8 +217,11 @@ def serve(opts: ServeOptions) -> int:
                         "who can reach the port can use the model",
                         file=sys.stderr,
                     )
+                print(f"tandem serve: {cache_sharing(opts.private_cache)}", file=sys.stderr)
                 print("tandem serve: Ctrl+C stops", file=sys.stderr, flush=True)
 
+            if settings.parallel > 1:  # (BatchEngine.calibrate: seconds, before the server says ready)
+                print("tandem serve: timing this machine's batches first...", file=sys.stderr, flush=True)
             run_server(pair, settings, sock, ready)
     finally:
         for sock in sockets:

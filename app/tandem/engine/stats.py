@@ -130,7 +130,9 @@ class GenerationStats(KindRounds):
 
     @property
     def tokens_per_round(self) -> float:
-        return self.generated / self.rounds if self.rounds else 0.0
+        # What each target pass gave: its accepted drafts and its own token (an end-of-generation
+        # token too: a 1-token answer's second pass gave one; what a stop string cuts, too).
+        return 1 + self.accepted / self.rounds if self.rounds else 0.0
 
     @property
     def speedup_how(self) -> str:

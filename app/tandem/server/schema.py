@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tandem.engine import RESERVED_VARIABLES, ChatMessage, think_from_variables
+from tandem.engine import RESERVED_VARIABLES, ChatMessage, check_stops, think_from_variables
 from tandem.session.choices import Choices
 
 from .errors import bad_request
@@ -31,7 +31,8 @@ from .errors import bad_request
 MAX_MESSAGES = 10_000
 # Content parts in one message: text parts are joined, so a real client sends a handful.
 MAX_CONTENT_PARTS = 1_000
-MAX_STOPS = 16
+# A cache key (prompt_cache_key, user) is a name, not a document.
+MAX_CACHE_KEY = 512
 
 
 class StreamOptions(BaseModel):
@@ -99,6 +100,10 @@ class _Sampling(BaseModel):
     logprobs: Any = None
     presence_penalty: float | None = Field(default=None, allow_inf_nan=False)
     frequency_penalty: float | None = Field(default=None, allow_inf_nan=False)
+    # Whose cached prefixes this request may reuse (OpenAI's prompt_cache_key; `user`, its older
+    # name for a caller): only those left by requests with the same value (see cache_group).
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY)
+    user: str | None = Field(default=None, max_length=MAX_CACHE_KEY)
 
     @field_validator("stop")
     @classmethod
@@ -106,14 +111,9 @@ class _Sampling(BaseModel):
         if v is None:
             return None
         stops = [v] if isinstance(v, str) else v
-        if (
-            isinstance(stops, list) and len(stops) > MAX_STOPS
-        ):  # counted first: a long list is refused at once
-            raise ValueError(f"at most {MAX_STOPS} stop strings")
-        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        if not isinstance(stops, list):
             raise ValueError("must be a string or a list of strings")
-        if any(not s for s in stops):
-            raise ValueError("a stop string must not be empty")
+        check_stops(stops)  # (the CLI's --stop keeps the same rule)
         return [str(s) for s in stops]
 
     def unsupported(self) -> None:
@@ -125,6 +125,15 @@ class _Sampling(BaseModel):
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) not in (None, 0, 0.0):
                 raise bad_request(f"{name} is not supported by tandem serve (leave it at 0)", param=name)
+
+    def cache_group(self, private: bool) -> str | None:
+        """The cache group this request reuses from and leaves to (SeqRequest.cache_group): its
+        key, else every request without one ("", shared), or none (None) on a server started
+        with --private-cache."""
+        key = self.prompt_cache_key or self.user
+        if key:
+            return "key:" + key
+        return None if private else ""
 
     @property
     def include_usage(self) -> bool:

@@ -149,7 +149,8 @@ class Served:
         except TandemError as exc:
             raise bad_request(str(exc)) from None
         slot.admit()
-        gen = slot.start(prompt, config, speculative=settings.speculative)
+        group = body.cache_group(settings.private_cache)
+        gen = slot.start(prompt, config, speculative=settings.speculative, cache_group=group)
         frame = Answer(kind, settings.model_id)
         if body.stream:
             return streamed(gen, frame, body.include_usage)

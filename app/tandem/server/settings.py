@@ -24,6 +24,8 @@ class ServeSettings:
     read_timeout_s: float = 30.0  # for a request to arrive, headers and body (run.py)
     max_connections: int | None = None  # None: connection_limit(max_waiting) (run.py)
     parallel: int = 1  # requests answered at once (--parallel; the models hold as many sequences)
+    # Requests without a prompt_cache_key (or user) reuse no other request's cache (--private-cache).
+    private_cache: bool = False
 
 
 # A request body is refused past this many bytes per token of context, and never below the

@@ -37,6 +37,7 @@ class Engine(Protocol):
     """What a slot drives: BatchEngine, or session.serial.SerialEngine."""
 
     n_seq: int
+    ready: threading.Event  # set once it takes requests (the batched engine times its decodes first)
 
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig: ...
     def submit(self, req: SeqRequest) -> None: ...
@@ -171,9 +172,15 @@ class Slot:
         return config
 
     def start(
-        self, prompt: Sequence[int], config: GenerationConfig, *, speculative: bool = True
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        *,
+        speculative: bool = True,
+        cache_group: str | None = "",
     ) -> Generation:
-        """Hand an admitted request (after `admit`) to the engine."""
+        """Hand an admitted request (after `admit`) to the engine; `cache_group`: whose cached
+        prefixes it may reuse (SeqRequest.cache_group)."""
         loop = asyncio.get_running_loop()
         if self._mailbox is None or self._mailbox.loop is not loop:
             self._mailbox = Mailbox(loop)
@@ -215,7 +222,7 @@ class Slot:
             post(put, _END)
             post(end)
 
-        req = SeqRequest(prompt, config, speculative, emit, fail, gen.cancel, gen.queue.qsize)
+        req = SeqRequest(prompt, config, speculative, emit, fail, gen.cancel, gen.queue.qsize, cache_group)
         self._running[gen] = req
         if self.stopping.is_set():
             gen.cancel.set()
@@ -233,5 +240,7 @@ class Slot:
     def shutdown(self) -> None:
         """Stop the running generations (within a round); refuse the waiting and new requests."""
         self.stopping.set()
+        if not self.engine.ready.is_set():  # (still timing its decodes: stop that now)
+            self.engine.stop()
         for gen in list(self._running):
             gen.cancel.set()

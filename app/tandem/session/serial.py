@@ -9,6 +9,7 @@ another through `ModelPair.generate` and hands their events over a round at a ti
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from ..engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
@@ -26,6 +27,9 @@ class SerialEngine:
     def __init__(self, pair: ModelPair) -> None:
         self.pair = pair
         self._inbox: Inbox[SeqRequest] = Inbox()
+        self._group: str | None = None  # whose tokens the pair's caches hold (SeqRequest.cache_group)
+        self.ready = threading.Event()  # (nothing to measure first)
+        self.ready.set()
 
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
         """Every config one sequence can run (ModelPair.check_request says what it cannot)."""
@@ -47,6 +51,12 @@ class SerialEngine:
     def run(self) -> None:
         """Answers until stopped; the requests still waiting then are told the server stops."""
         while (req := self._inbox.next()) is not None:
+            if req.cache_group is None or req.cache_group != self._group:
+                # Nothing cached by another group is reused (nor its time saved, which shows).
+                for model in (self.pair.target, self.pair.draft):
+                    if model is not None:
+                        model.truncate(0, replay=False)
+            self._group = req.cache_group
             _answer(self.pair, req)
         for req in self._inbox.drain():
             req.fail(TandemError("the server is shutting down"))

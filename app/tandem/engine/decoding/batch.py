@@ -10,7 +10,7 @@ batching). A round:
                (batch_costs.py): with enough sequences drafting stops paying, and K is 0;
     3. draft   prompt lookup per sequence; the draft model for every sequence that drafts with
                it in ONE batch per draft step (its catch-up in the first);
-    4. verify  every decoding sequence's [last, d1..dK], and one bounded chunk of each prompt
+    4. verify  every decoding sequence's [last, d1..dK], and a bounded share of the prompts
                still being read, in ONE llama_decode;
     5. accept  per sequence with its own sampler settings and random stream (round.py's rules),
                roll back each sequence's caches to what its target kept.
@@ -53,9 +53,13 @@ from .inbox import Inbox
 
 # Drafter choices a parallel sequence can run (auto: a draft model and/or prompt lookup).
 PARALLEL_KINDS = (AUTO, MODEL, LOOKUP)
-# A prompt's chunk per round while other sequences decode: bounded so that one long prompt
-# delays the others' rounds by a chunk's time, not the prompt's.
-PREFILL_CHUNK = 128
+# Prompts are read while other sequences decode, a bounded share a round: a round of the
+# answers being decoded takes at most PREFILL_SLOWDOWN times its time without the prompts (by
+# the costs measured: batch_costs.py), so that they keep at least half the machine and the
+# prompts get the rest (one token a round at the least). (A fixed 128 tokens per prompt made a
+# short answer beside a 3,760-token prompt 17x slower, beside three of them 21x: the
+# Qwen2.5-Coder pair, one thread, docs/benchmarks.md.)
+PREFILL_SLOWDOWN = 2.0
 # Rounds of events a client may leave unread before its sequence waits (its buffer is bounded;
 # the others go on).
 MAX_UNREAD = 64
@@ -76,6 +80,11 @@ class SeqRequest:
     fail: Callable[[BaseException], None]
     cancel: threading.Event = field(default_factory=threading.Event)
     unread: Callable[[], int] = lambda: 0
+    # Who may reuse what this request leaves in a cache: a request reuses a cached prefix only
+    # from one of the same group (what it reuses shows in its time and `cached_tokens`, so a
+    # shared cache tells one client the beginnings of another's prompts and answers); None:
+    # it reuses nothing and leaves nothing reusable.
+    cache_group: str | None = ""
 
 
 @dataclass
@@ -133,6 +142,10 @@ class BatchEngine:
         self._inbox: Inbox[SeqRequest] = Inbox()
         self._active: dict[int, _Seq] = {}
         self._free = list(range(self.n_seq))
+        self._groups: list[str | None] = [None] * self.n_seq  # whose tokens each cache holds
+        self._admitted = [0] * self.n_seq  # when each sequence last took a request (a count)
+        # Set once the loop takes requests (after calibrate): a server says it is ready then.
+        self.ready = threading.Event()
 
     @staticmethod
     def left_out(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
@@ -150,12 +163,15 @@ class BatchEngine:
         if speculative and config.drafter == MODEL and self.draft is None:
             raise TandemError(f"this server has no draft model: ask for drafter {LOOKUP!r} or {AUTO!r}")
         plan = self.target.exact_plan
-        # Exact output holds at any batch only where no row depends on its batch (exact.py); a
-        # cap on the verify's rows (repacked weights) holds with one sequence, capping its K.
-        if plan.possible and plan.rows is not None and self.n_seq > 1:
+        if plan.possible and self.n_seq > 1:
+            # Even with kernels that do not depend on the batch (exact.py), a sequence's attention
+            # does: llama.cpp's shared KV cache places its next tokens in the first free cells,
+            # and after a neighbour's rollback those lie before its own, and the attention sums
+            # a sequence's cells in cell order, not position order (0.04-0.08 logit on SmolLM2
+            # Q4_1: near-ties flipped in 9 of 34 answers beside three sampling neighbours).
             plan = ExactPlan(
-                why_not="its weights are repacked for this CPU, which keeps a row exact only in a "
-                f"batch of {plan.rows} rows"
+                why_not="parallel sequences share one KV cache, where a sequence's tokens are not "
+                "kept in position order (start tandem serve with --parallel 1 for exact answers)"
             )
         return exact.resolve(config, plan, "with parallel sequences")
 
@@ -185,7 +201,9 @@ class BatchEngine:
         catch-ups of 1 to 64 tokens) so that the first rounds are planned on this machine's
         costs, not on priors: a draft model's catch-up of a prompt can cost more than the
         answer's first tokens (SmolLM2 Q4_1 on a 2-core CPU: 2 ms a token), and a kernel's step
-        up can make one more row cost 5 ms. Runs in the free sequences, left empty."""
+        up can make one more row cost 5 ms. Runs in the free sequences, left empty; stops early
+        when the engine is stopped (a Ctrl+C while it measures: the Qwen2.5-Coder pair's take
+        17 s on a 2-core CPU)."""
         seqs = list(self._free)
         tokens = [t % self.target.n_vocab for t in range(1000, 1080)]
         for ctx, table, sizes, rows in (
@@ -199,6 +217,8 @@ class BatchEngine:
             # A short context in each sequence (the first decode also pays the page-ins).
             ctx.prefill([Piece(seq, tokens[:8], "none") for seq in seqs])
             for n in sizes:
+                if self._inbox.stopped:
+                    break
                 if (n > ctx.max_rows and rows == "all") or n > ctx.capacity:
                     continue
                 # A verify: one row in each of m sequences, the rest on the first; a draft step
@@ -217,8 +237,11 @@ class BatchEngine:
 
     def run(self) -> None:
         """Rounds until stopped; cancelled and waiting requests are ended when it stops."""
-        with contextlib.suppress(Exception):  # (a failure here leaves the priors: no harm)
-            self.calibrate()
+        try:
+            with contextlib.suppress(Exception):  # (a failure here leaves the priors: no harm)
+                self.calibrate()
+        finally:
+            self.ready.set()
         while True:
             inbox = self._inbox
             with inbox.wake:
@@ -248,13 +271,22 @@ class BatchEngine:
     def _admit(self, req: SeqRequest) -> None:
         prompt = list(req.prompt)
         head = prompt[:-1]
-        # The free sequence whose cache shares the most with this prompt (a chat's next turn).
-        seq = max(self._free, key=lambda s: self.t_ctx.common_prefix(s, head))
+        group = req.cache_group
+
+        def reusable(seq: int, ctx: SeqContext, tokens: list[int]) -> int:
+            same = group is not None and self._groups[seq] == group
+            return ctx.common_prefix(seq, tokens) if same else 0
+
+        # The free sequence whose cache shares the most with this prompt (a chat's next turn),
+        # else the one least recently used (its cache the least likely to be asked for again).
+        seq = max(self._free, key=lambda s: (reusable(s, self.t_ctx, head), -self._admitted[s]))
+        self._admitted[seq] = max(self._admitted) + 1
         self._free.remove(seq)
-        reused = self.t_ctx.common_prefix(seq, head)
+        reused = reusable(seq, self.t_ctx, head)
         self.t_ctx.keep(seq, reused)
         if self.d_ctx is not None:
-            self.d_ctx.keep(seq, self.d_ctx.common_prefix(seq, prompt))
+            self.d_ctx.keep(seq, reusable(seq, self.d_ctx, prompt))
+        self._groups[seq] = group
         config = req.config
         kind = ""
         uses_model = False
@@ -325,26 +357,34 @@ class BatchEngine:
             return False
         # Plan with the prompt chunks the round would carry, then give the chunks what room
         # the verify rows leave in the micro-batch.
-        # (With no answer waiting on the round, a prompt takes the whole micro-batch: bigger
+        # (With no answer waiting on the round, prompts take the whole micro-batch: bigger
         # matrix products read a prompt faster.)
-        chunk = PREFILL_CHUNK if decoding else self.t_ctx.capacity
-        wanted = sum(min(chunk, len(s.req.prompt) - 1 - s.prefill_at) for s in prefilling)
+        budget = self._prompt_budget(len(decoding)) if decoding else self.t_ctx.capacity
+        wanted = min(budget, sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling))
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
         self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         verify_rows = sum(len(p.tokens) for p in pieces)
-        room = self.t_ctx.capacity - verify_rows
+        room = min(self.t_ctx.capacity - verify_rows, budget)
         rows_left = self.t_ctx.max_rows - verify_rows
         chunks: list[Piece] = []
         opening: list[_Seq] = []  # prompts read to their end here, with their first token
         # The shortest rest first: a short prompt beside a long one is read in this round.
         for s in sorted(prefilling, key=lambda s: len(s.req.prompt) - s.prefill_at):
             rest = len(s.req.prompt) - 1 - s.prefill_at
-            n = min(chunk, rest, room)
-            if n == rest and room > rest and rows_left > 0 and s.req.unread() < MAX_UNREAD:
+            n = min(rest, room)
+            if (
+                n == rest
+                and room > rest
+                and rows_left > 0
+                and s.req.unread() < MAX_UNREAD
+                and s.req.config.drafts_adaptively
+            ):
                 # The rest and the last token, whose row gives the first token: the answer
-                # starts in this round, not in the next.
+                # starts in this round, not in the next. (Not for a fixed K, a seeded sampling
+                # run whose answer must repeat: its first token comes from a verify, as it does
+                # when its prompt is cached, which a prompt's chunk computes with other kernels.)
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at :], "last"))
                 room -= rest + 1
                 rows_left -= 1
@@ -354,10 +394,9 @@ class BatchEngine:
                 room -= n
         # (Exact output where check() allowed it: the reference kernels for the rows read.)
         self.target.use_reference_kernels(any(s.req.config.exact for s in (*decoding, *opening)))
-        for s in opening:  # (their answer's time starts with this round, as a first round's does)
+        for s in opening:
             s.prefill_at = len(s.req.prompt) - 1
             s.no_drafts()
-            self._prefilled(s)
         t1 = time.perf_counter()
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
@@ -379,10 +418,28 @@ class BatchEngine:
             self._accept(s, logits, t1 - t0, t2 - t1)
         for s, logits in zip(opening, first_rows, strict=True):
             assert logits is not None
-            self._accept(s, logits, 0.0, t2 - t1)
+            # Its first token came with the prompt's read: that decode is its prefill's time
+            # (usage's prefill_s), and its answer's time starts after it.
+            self._prefilled(s)
+            self._accept(s, logits, 0.0, 0.0)
         return True
 
     # ------------------------------------------------------------------ a round's parts
+    def _prompt_budget(self, decoding: int) -> int:
+        """Prompt tokens a round may carry beside `decoding` answers (PREFILL_SLOWDOWN). The
+        verify table prices them as rows, which cost more than a prompt's tokens: the bound
+        holds with room."""
+        table = self.costs.verify
+        limit = PREFILL_SLOWDOWN * table.at(decoding)
+        lo, hi = 1, self.t_ctx.capacity  # (the table rises with the tokens: a bisection)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if table.at(decoding + mid) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def _plan(self, decoding: list[_Seq], other_tokens: int) -> None:
         wants: list[Want] = []
         # Each sequence's verify rows within the outputs one decode holds.
@@ -392,6 +449,11 @@ class BatchEngine:
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
             k_max = max(0, min(config.k_max, budget)) if s.kind else 0
             s.no_drafts()
+            if s.uses_model and self.d_ctx is not None and len(s.history) > self.d_ctx.n_ctx:
+                # The draft model's context (its own, often shorter than the target's: a 32k
+                # draft beside a 128k target) is full: this answer goes on without it.
+                s.uses_model = False
+                self.d_ctx.keep(s.seq, 0)
             found: list[int] = []
             if s.lookup is not None and k_max:
                 found = s.lookup.candidates(s.history, k_max)
@@ -409,6 +471,8 @@ class BatchEngine:
                 k_max = len(found)
             elif s.uses_model:
                 s.drafter = MODEL
+                assert self.d_ctx is not None  # (its cache ends at the history's end + K - 1 drafts)
+                k_max = min(k_max, self.d_ctx.n_ctx - len(s.history) + 1)
             else:
                 k_max = 0
             fixed = None if config.drafts_adaptively else k_max
