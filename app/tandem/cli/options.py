@@ -70,7 +70,11 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
         help=f"layers to put on the GPU: -1 all, 0 none (default: {default_gpu})",
     )
     g.add_argument(
-        "--threads", type=int, default=None, metavar="N", help=f"CPU threads (default: {default_threads})"
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"CPU threads, at most the logical CPUs (default: {default_threads})",
     )
     default_rpc = "the app's settings" if app else "none: the target runs on this machine"
     g.add_argument(

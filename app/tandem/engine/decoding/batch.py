@@ -53,12 +53,14 @@ from .inbox import Inbox
 
 # Drafter choices a parallel sequence can run (auto: a draft model and/or prompt lookup).
 PARALLEL_KINDS = (AUTO, MODEL, LOOKUP)
-# Prompts are read while other sequences decode, a bounded share a round: a round of the
-# answers being decoded takes at most PREFILL_SLOWDOWN times its time without the prompts (by
-# the costs measured: batch_costs.py), so that they keep at least half the machine and the
-# prompts get the rest (one token a round at the least). (A fixed 128 tokens per prompt made a
-# short answer beside a 3,760-token prompt 17x slower, beside three of them 21x: the
-# Qwen2.5-Coder pair, one thread, docs/benchmarks.md.)
+# Prompts are read while other sequences decode: one with at most WHOLE_PROMPT tokens to read
+# is read whole in a round (a chat's new turn: in pieces, each round would pay for them again),
+# and longer ones in a bounded share, a round of the answers being decoded taking at most
+# PREFILL_SLOWDOWN times its time without them (by the costs measured: batch_costs.py), so
+# that those answers keep half the machine and the prompts get the rest (a token a round at
+# the least). (128 tokens of every prompt a round made a short answer beside a 3,760-token
+# prompt 23x slower, beside three of them 30x: the Qwen2.5-Coder pair, one thread.)
+WHOLE_PROMPT = 128
 PREFILL_SLOWDOWN = 2.0
 # Rounds of events a client may leave unread before its sequence waits (its buffer is bounded;
 # the others go on).
@@ -112,6 +114,11 @@ class _Seq:
     drafts: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)
     caught_up: int = 0
+
+    @property
+    def short(self) -> bool:
+        """Whether its prompt's new part is read whole in a round (WHOLE_PROMPT)."""
+        return len(self.req.prompt) - 1 - self.reused <= WHOLE_PROMPT
 
     @property
     def decoding(self) -> bool:
@@ -360,20 +367,22 @@ class BatchEngine:
         # (With no answer waiting on the round, prompts take the whole micro-batch: bigger
         # matrix products read a prompt faster.)
         budget = self._prompt_budget(len(decoding)) if decoding else self.t_ctx.capacity
-        wanted = min(budget, sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling))
+        short = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if s.short)
+        long = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if not s.short)
+        wanted = short + min(max(0, budget - short), long)
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
         self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         verify_rows = sum(len(p.tokens) for p in pieces)
-        room = min(self.t_ctx.capacity - verify_rows, budget)
+        room = self.t_ctx.capacity - verify_rows  # (the micro-batch's)
         rows_left = self.t_ctx.max_rows - verify_rows
         chunks: list[Piece] = []
         opening: list[_Seq] = []  # prompts read to their end here, with their first token
         # The shortest rest first: a short prompt beside a long one is read in this round.
         for s in sorted(prefilling, key=lambda s: len(s.req.prompt) - s.prefill_at):
             rest = len(s.req.prompt) - 1 - s.prefill_at
-            n = min(rest, room)
+            n = min(rest, room) if s.short else min(rest, room, max(0, budget))
             if (
                 n == rest
                 and room > rest
@@ -387,11 +396,13 @@ class BatchEngine:
                 # when its prompt is cached, which a prompt's chunk computes with other kernels.)
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at :], "last"))
                 room -= rest + 1
+                budget -= rest + 1
                 rows_left -= 1
                 opening.append(s)
             elif n > 0:
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at : s.prefill_at + n], "none"))
                 room -= n
+                budget -= n
         # (Exact output where check() allowed it: the reference kernels for the rows read.)
         self.target.use_reference_kernels(any(s.req.config.exact for s in (*decoding, *opening)))
         for s in opening:
