@@ -208,7 +208,7 @@ def check_rpc_server(endpoint: str) -> None:
 
 def usable_cpus() -> int:
     """The logical CPUs this process may run on (its affinity; the CPU count where there is
-    none): the most CPU threads that do not wait for each other. (llama/threads.py's count.)"""
+    none): the most CPU threads that do not wait for each other."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows

@@ -366,7 +366,7 @@ class BatchEngine:
         # the verify rows leave in the micro-batch.
         # (With no answer waiting on the round, prompts take the whole micro-batch: bigger
         # matrix products read a prompt faster.)
-        budget = self._prompt_budget(len(decoding)) if decoding else self.t_ctx.capacity
+        budget = self._prompt_budget(len(decoding)) if decoding and prefilling else self.t_ctx.capacity
         short = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if s.short)
         long = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if not s.short)
         wanted = short + min(max(0, budget - short), long)

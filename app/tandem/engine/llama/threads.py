@@ -33,12 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+# (Defined beside LoadOptions, whose --threads it bounds; the thread policy counts with it.)
+from ..config import usable_cpus as usable_cpus
 
 
 # ----------------------------------------------------------------------------- CPU left by others
