@@ -265,3 +265,66 @@ def test_the_kind_check_sees_a_kind_spelled() -> None:
     kinds, prefixes = {"mtp", "lookup"}, ("eagle3-",)
     source = 'K = "mtp"\nM = f"use --drafter lookup {x}"\nN = "eagle3-x.gguf"\ndef f():\n    """mtp"""\n'
     assert sorted(line for _, line in kind_words(source, kinds, prefixes)) == [1, 2, 3]
+
+
+# What a module outside engine/drafters/ may import of it: what every kind shares (the registry,
+# the spec, the batch proposers' words, the policies, the header checks of drafter files), never
+# a kind's own module: a new kind must not need a line anywhere else.
+DRAFTERS_SHARED = frozenset({"", "registry", "spec", "batched", "policy", "heads", "heads.files"})
+
+
+def kind_modules_imported(source: str, module: str, drafters: Path, *, is_package: bool = False) -> list[str]:
+    """The modules of engine/drafters/ (relative to it: `lookup`, `heads.mtp`) that `module`
+    imports beyond DRAFTERS_SHARED, as `module:line drafters.X`."""
+    found = []
+    here = module.split(".")
+    package = here if is_package else here[:-1]
+    for node in ast.walk(parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            target = ".".join(
+                [*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])]
+            )
+        else:
+            target = _inside(node.module or "")
+        if target != "engine.drafters" and not target.startswith("engine.drafters."):
+            continue
+        sub = target.removeprefix("engine.drafters").lstrip(".")
+        for alias in node.names:  # `from ..drafters import lookup`: a module, not a name
+            named = f"{sub}.{alias.name}".strip(".")
+            path = drafters / named.replace(".", "/")
+            imported = named if path.with_suffix(".py").exists() or path.is_dir() else sub
+            if imported not in DRAFTERS_SHARED:
+                found.append(f"{module}:{node.lineno} drafters.{imported}")
+    return found
+
+
+def test_no_module_outside_the_drafters_imports_a_kind() -> None:
+    root = package_dir()
+    drafters = root / "engine" / "drafters"
+    found: list[str] = []
+    for f in sorted(root.rglob("*.py")):
+        if f.is_relative_to(drafters):
+            continue
+        source, module = f.read_text(encoding="utf-8"), module_name(f, root)
+        found += kind_modules_imported(source, module, drafters, is_package=f.name == "__init__.py")
+    assert not found, "a kind's module imported outside engine/drafters/ (ask the registry):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_kind_import_check_sees_each_form() -> None:
+    drafters = package_dir() / "engine" / "drafters"
+    source = (
+        "from ..drafters.lookup import KIND\n"
+        "from ..drafters import lookup, registry\n"
+        "from tandem.engine.drafters.heads.mtp import head_of\n"
+        "from ..drafters.spec import Needs\n"
+        "from ..drafters import Proposal\n"
+    )
+    assert kind_modules_imported(source, "engine.decoding.batch", drafters) == [
+        "engine.decoding.batch:1 drafters.lookup",
+        "engine.decoding.batch:2 drafters.lookup",
+        "engine.decoding.batch:3 drafters.heads.mtp",
+    ]

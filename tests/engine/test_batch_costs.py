@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.engine.decoding.batch_costs import FAIR_SLACK, BatchCosts, CostTable, Want
+from tandem.engine.decoding.batch_costs import FAIR_SLACK, BatchCosts, Bid, CostTable, Want, pick
 
 
 def costs(verify: tuple[float, float], draft: tuple[float, float]) -> BatchCosts:
@@ -89,3 +89,19 @@ def test_a_free_lookup_drafts_more_than_a_model_and_a_fixed_k_is_kept() -> None:
     # at its sequence's expense.
     c = costs((0.010, 0.0015), (0.004, 0.0004))
     assert c.choose([Want(0.6, 8, False), Want(0.1, 8, True, fixed=3)]) == [0, 3]
+
+
+def test_the_kind_picked_for_a_sequence_is_by_its_offer_not_its_name() -> None:
+    """pick (the batched scheduler's choice between kinds): a free run is weighed against a
+    stepped kind's K at STEPPED_WEIGHT, a tie to the free one; with a fixed K only a free run
+    as long as K displaces a stepped kind."""
+    stepped, short_run, long_run = Bid(0.5, 8, False), Bid(0.4, 3, True), Bid(0.4, 8, True)
+    assert pick([], 8, True) == -1
+    assert pick([stepped, short_run], 8, True) == 0  # 0.4 * 3 < 0.5 * 8 * 0.5
+    assert pick([stepped, long_run], 8, True) == 1  # 3.2 > 2.0
+    assert pick([stepped, Bid(0.5, 4, True)], 8, True) == 1  # 2.0 == 2.0: the free one
+    assert pick([short_run, stepped], 8, True) == 1  # (not by its place)
+    assert pick([stepped, long_run], 8, False) == 1  # a run as long as K
+    assert pick([stepped, short_run], 8, False) == 0
+    assert pick([short_run], 8, False) == 0
+    assert pick([short_run, Bid(0.1, 5, True)], 8, False) == 1  # the longest run, not the best rate

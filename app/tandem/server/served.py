@@ -34,15 +34,13 @@ T = TypeVar("T")
 
 def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot:
     """With `settings.parallel` > 1 the batched engine (engine/decoding/batch.py), which drafts
-    with a draft model of the target's tokenizer and prompt lookup (the kinds it leaves out are
-    said in the log; a recurrent target falls back to one at a time); with 1, the serial engine
+    with the kinds that serve several sequences (the kinds it leaves out are said in the log,
+    with why; a recurrent target falls back to one at a time); with 1, the serial engine
     (session/serial.py): one request at a time, every kind, exactly as `tandem run`."""
     if settings.parallel == 1:
         return Slot(pair, SerialEngine(pair), settings.max_waiting)
     lost = BatchEngine.left_out(pair.target, pair.draft) if settings.speculative else []
     draft = pair.draft if settings.speculative else None
-    if draft is not None and draft.foreign_tokenizer:
-        draft = None  # (drafting across tokenizers runs one sequence: batch.py)
     try:
         engine = BatchEngine(pair.target, draft)
     except TandemError as exc:
@@ -50,9 +48,9 @@ def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot:
         return Slot(pair, SerialEngine(pair), settings.max_waiting)
     if lost:
         log.warning(
-            "parallel sequences draft with a draft model and prompt lookup, not with %s "
-            "(--parallel 1 keeps them)",
-            ", ".join(lost),
+            "parallel sequences draft with %s, not with %s (--parallel 1 keeps them)",
+            ", ".join(engine.kinds) or "nothing",
+            "; ".join(lost),
         )
     return Slot(pair, engine, settings.max_waiting)
 

@@ -8,18 +8,18 @@ batching). A round:
                prefix with its prompt (the rest of the cache is dropped);
     2. choose  K per decoding sequence from the costs learnt as functions of the whole batch
                (batch_costs.py): with enough sequences drafting stops paying, and K is 0;
-    3. draft   prompt lookup per sequence; the draft model for every sequence that drafts with
-               it in ONE batch per draft step (its catch-up in the first);
+    3. draft   each kind's proposer for the sequences it drafts for this round, at once (the
+               draft model in ONE batch per draft step, its catch-up in the first);
     4. verify  every decoding sequence's [last, d1..dK], and a bounded share of the prompts
                still being read, in ONE llama_decode;
     5. accept  per sequence with its own sampler settings and random stream (round.py's rules),
                roll back each sequence's caches to what its target kept.
 
 Each sequence's events are those of a single generation (StartEvent, PrefillEvent, tokens and
-a RoundEvent a round, DoneEvent), told to its `emit`. Drafting kinds: a draft model of the
-target's tokenizer and prompt lookup (auto: per sequence, whichever is expected to add more);
-the kinds that read the target's own rows (MTP, EAGLE-3, DFlash) and drafting across
-tokenizers keep one sequence (their llama.cpp staging and re-encoding hold one sequence's state).
+a RoundEvent a round, DoneEvent), told to its `emit`. The engine names no kind: it drafts with
+the proposers of the kinds that serve several sequences (drafters/batched.py), and its
+scheduler (batch_costs.py) picks one per sequence and round, by what each offers; a request for
+a kind that does not (its spec says why) is refused with that reason.
 """
 
 from __future__ import annotations
@@ -35,24 +35,19 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import GenerationConfig
-from ..drafters import draw, registry
-from ..drafters.lookup import KIND as LOOKUP
-from ..drafters.lookup import LookupDrafter
-from ..drafters.model import KIND as MODEL
-from ..drafters.registry import AUTO
+from ..drafters import registry
+from ..drafters.batched import BatchOffer, BatchProposer, BatchSetup, Lane
 from ..errors import TandemError
 from ..events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
 from ..llama import exact
 from ..llama.exact import ExactPlan
 from ..llama.model import GOVERNOR, LoadedModel
 from ..llama.sequences import Piece, SeqContext
-from ..sampling import Dist, NonFiniteLogits, accept_draft, distribution, residual
+from ..sampling import NonFiniteLogits, accept_draft, distribution, residual
 from .answer import AnswerTracker
-from .batch_costs import BatchCosts, Want
+from .batch_costs import BatchCosts, Bid, Want, pick
 from .inbox import Inbox
 
-# Drafter choices a parallel sequence can run (auto: a draft model and/or prompt lookup).
-PARALLEL_KINDS = (AUTO, MODEL, LOOKUP)
 # Prompts are read while other sequences decode: one with at most WHOLE_PROMPT tokens to read
 # is read whole in a round (a chat's new turn: in pieces, each round would pay for them again),
 # and longer ones in a bounded share, a round of the answers being decoded taking at most
@@ -65,8 +60,8 @@ PREFILL_SLOWDOWN = 2.0
 # Rounds of events a client may leave unread before its sequence waits (its buffer is bounded;
 # the others go on).
 MAX_UNREAD = 64
-# Acceptance per draft before a sequence has drafted (then an average over its rounds).
-ALPHA_PRIOR = {MODEL: 0.5, LOOKUP: 0.4}
+# (Acceptance per draft before a sequence has drafted: each proposer's prior, then an average
+# over its rounds.)
 ALPHA_KEEP = 0.9  # the weight an acceptance estimate keeps per round drafted
 
 
@@ -100,20 +95,16 @@ class _Seq:
     rng: random.Random
     base: GenerationStats
     kind: str  # the drafter choice as run ("" none)
-    lookup: LookupDrafter | None
-    uses_model: bool
+    proposers: list[BatchProposer]  # those of its choice
     prefill_at: int  # prompt tokens in the target's cache (the last one is decoded in round one)
     reused: int
     t_admitted: float
     t_start: float = 0.0
     llama_s: float = 0.0
-    alpha: dict[str, float] = field(default_factory=lambda: dict(ALPHA_PRIOR))
-    # This round's plan and drafts.
-    k: int = 0
-    drafter: str = ""
-    drafts: list[int] = field(default_factory=list)
-    qs: list[Dist | None] = field(default_factory=list)
-    caught_up: int = 0
+    alpha: dict[str, float] = field(default_factory=dict)
+    # This round's plan and drafts: the proposer chosen and its lane (None: no drafts).
+    proposer: BatchProposer | None = None
+    lane: Lane | None = None
 
     @property
     def short(self) -> bool:
@@ -126,7 +117,11 @@ class _Seq:
 
     def no_drafts(self) -> None:
         """This round's plan: nothing drafted (until _plan gives it K)."""
-        self.drafter, self.drafts, self.qs, self.caught_up, self.k = "", [], [], 0, 0
+        self.proposer, self.lane = None, None
+
+    @property
+    def drafts(self) -> list[int]:
+        return self.lane.drafts if self.lane is not None else []
 
 
 class BatchEngine:
@@ -141,11 +136,11 @@ class BatchEngine:
         self.target = target
         self.draft = draft
         self.t_ctx = SeqContext(target)
-        self.d_ctx = SeqContext(draft) if draft is not None else None
         self.n_seq = self.t_ctx.n_seq
         self.costs = BatchCosts()
+        self.proposers = registry.batch_proposers(BatchSetup(target, draft, self.costs.draft.add))
         # Acceptance per draft by kind, over every sequence's rounds: where a new one starts.
-        self.alpha = dict(ALPHA_PRIOR)
+        self.alpha = {p.kind: p.alpha_prior for p in self.proposers}
         self._inbox: Inbox[SeqRequest] = Inbox()
         self._active: dict[int, _Seq] = {}
         self._free = list(range(self.n_seq))
@@ -156,19 +151,20 @@ class BatchEngine:
 
     @staticmethod
     def left_out(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
-        """The kinds this pair drafts with that a parallel sequence does not."""
-        return [s.name for s in registry.available(target, draft) if s.name not in PARALLEL_KINDS]
+        """The kinds this pair drafts with that a parallel sequence does not, with the reason."""
+        return registry.not_batched(target, draft)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds its sequences draft with."""
+        return [p.kind for p in self.proposers]
 
     # ------------------------------------------------------------------ requests
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
         """`config` as a parallel sequence runs it, or TandemError for what it cannot."""
-        if speculative and config.drafter not in PARALLEL_KINDS:
-            raise TandemError(
-                f"drafting with {config.drafter!r} runs one sequence at a time; parallel sequences "
-                f"draft with {', '.join(PARALLEL_KINDS)} (or start tandem serve with --parallel 1)"
-            )
-        if speculative and config.drafter == MODEL and self.draft is None:
-            raise TandemError(f"this server has no draft model: ask for drafter {LOOKUP!r} or {AUTO!r}")
+        why = registry.batch_refusal(config.drafter, self.kinds, self.target, self.draft)
+        if speculative and why is not None:
+            raise TandemError(why)
         plan = self.target.exact_plan
         if plan.possible and self.n_seq > 1:
             # Even with kernels that do not depend on the batch (exact.py), a sequence's attention
@@ -198,49 +194,29 @@ class BatchEngine:
 
     def close(self) -> None:
         self.t_ctx.close()
-        if self.d_ctx is not None:
-            self.d_ctx.close()
+        for p in self.proposers:
+            p.close()
 
     # ------------------------------------------------------------------ the loop
     def calibrate(self) -> None:
         """Time each model's decodes at the sizes rounds use (verifies of 1 to 48 rows, one row
-        per sequence and the rest on the first, as a round with drafts has them; draft steps and
-        catch-ups of 1 to 64 tokens) so that the first rounds are planned on this machine's
-        costs, not on priors: a draft model's catch-up of a prompt can cost more than the
-        answer's first tokens (SmolLM2 Q4_1 on a 2-core CPU: 2 ms a token), and a kernel's step
-        up can make one more row cost 5 ms. Runs in the free sequences, left empty; stops early
-        when the engine is stopped (a Ctrl+C while it measures: the Qwen2.5-Coder pair's take
-        17 s on a 2-core CPU)."""
+        per sequence and the rest on the first, as a round with drafts has them; each proposer
+        its own: the draft model's steps and catch-ups of 1 to 64 tokens) so that the first
+        rounds are planned on this machine's costs, not on priors: a draft model's catch-up of
+        a prompt can cost more than the answer's first tokens (SmolLM2 Q4_1 on a 2-core CPU:
+        2 ms a token), and a kernel's step up can make one more row cost 5 ms. Runs in the free
+        sequences, left empty; stops early when the engine is stopped (a Ctrl+C while it
+        measures: the Qwen2.5-Coder pair's take 17 s on a 2-core CPU)."""
         seqs = list(self._free)
-        tokens = [t % self.target.n_vocab for t in range(1000, 1080)]
-        for ctx, table, sizes, rows in (
-            (self.t_ctx, self.costs.verify, (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48), "all"),
-            (self.d_ctx, self.costs.draft, (1, 2, 3, 4, 6, 8, 16, 32, 64), "last"),
-        ):
-            if ctx is None:
-                continue
-            for seq in seqs:
-                ctx.keep(seq, 0)
-            # A short context in each sequence (the first decode also pays the page-ins).
-            ctx.prefill([Piece(seq, tokens[:8], "none") for seq in seqs])
-            for n in sizes:
-                if self._inbox.stopped:
-                    break
-                if (n > ctx.max_rows and rows == "all") or n > ctx.capacity:
-                    continue
-                # A verify: one row in each of m sequences, the rest on the first; a draft step
-                # or catch-up: one sequence (a step across sequences is as many tokens).
-                m = min(n, len(seqs)) if rows == "all" else 1
-                counts = [n - m + 1] + [1] * (m - 1)
-                pieces = [Piece(seq, tokens[8 : 8 + c], rows) for seq, c in zip(seqs, counts, strict=False)]
-                for _ in range(2):
-                    t0 = time.perf_counter()
-                    ctx.decode(pieces)
-                    table.add(n, time.perf_counter() - t0)
-                    for p in pieces:
-                        ctx.keep(p.seq, 8)
-            for seq in seqs:
-                ctx.keep(seq, 0)
+
+        def stopped() -> bool:
+            return self._inbox.stopped
+
+        # A verify: one row in each of the sequences, the rest on the first.
+        sizes = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48)
+        self.t_ctx.time_decodes(seqs, sizes, "all", self.costs.verify.add, stopped)
+        for p in self.proposers:
+            p.calibrate(seqs, stopped)
 
     def run(self) -> None:
         """Rounds until stopped; cancelled and waiting requests are ended when it stops."""
@@ -291,20 +267,17 @@ class BatchEngine:
         self._free.remove(seq)
         reused = reusable(seq, self.t_ctx, head)
         self.t_ctx.keep(seq, reused)
-        if self.d_ctx is not None:
-            self.d_ctx.keep(seq, reusable(seq, self.d_ctx, prompt))
+        same = group is not None and self._groups[seq] == group
         self._groups[seq] = group
         config = req.config
-        kind = ""
-        uses_model = False
-        lookup = None
+        proposers: list[BatchProposer] = []
         if req.speculative and config.k_max > 0:
-            kind = config.drafter
-            uses_model = kind in (AUTO, MODEL) and self.d_ctx is not None
-            if kind in (AUTO, LOOKUP):
-                lookup = LookupDrafter(self.target.n_vocab)
-            if kind == AUTO and not uses_model:
-                kind = LOOKUP
+            chosen = {s.name for s in registry.chosen(config.drafter)}
+            proposers = [p for p in self.proposers if p.kind in chosen]
+        for p in proposers:
+            p.admit(seq, prompt, same)
+        # The choice as run: auto with one kind to draft with is that kind.
+        kind = proposers[0].kind if len(proposers) == 1 else config.drafter if proposers else ""
         start = StartEvent(
             "speculative" if req.speculative else "baseline",
             kind,
@@ -321,8 +294,7 @@ class BatchEngine:
             rng=random.Random(config.sampler.seed),
             base=base,
             kind=kind,
-            lookup=lookup,
-            uses_model=uses_model,
+            proposers=proposers,
             prefill_at=reused,
             reused=reused,
             t_admitted=time.perf_counter(),
@@ -344,6 +316,8 @@ class BatchEngine:
     def _release(self, s: _Seq) -> None:
         del self._active[s.seq]
         self._free.append(s.seq)
+        for p in s.proposers:
+            p.release(s.seq)
 
     def step(self) -> bool:
         """One round for every active sequence; False when there was nothing to do (every
@@ -372,7 +346,7 @@ class BatchEngine:
         wanted = short + min(max(0, budget - short), long)
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
-        self._draft(decoding)
+        spent = self._draft(decoding)
         pieces = [Piece(s.seq, [s.history[-1], *s.drafts], "all") for s in decoding]
         verify_rows = sum(len(p.tokens) for p in pieces)
         room = self.t_ctx.capacity - verify_rows  # (the micro-batch's)
@@ -426,13 +400,13 @@ class BatchEngine:
                 self._prefilled(s)
         for s, logits in zip(decoding, rows, strict=False):
             assert logits is not None
-            self._accept(s, logits, t1 - t0, t2 - t1)
+            self._accept(s, logits, spent.get(s.seq, 0.0), t2 - t1, t1 - t0)
         for s, logits in zip(opening, first_rows, strict=True):
             assert logits is not None
             # Its first token came with the prompt's read: that decode is its prefill's time
             # (usage's prefill_s), and its answer's time starts after it.
             self._prefilled(s)
-            self._accept(s, logits, 0.0, 0.0)
+            self._accept(s, logits, 0.0, 0.0, 0.0)
         return True
 
     # ------------------------------------------------------------------ a round's parts
@@ -452,104 +426,59 @@ class BatchEngine:
         return lo
 
     def _plan(self, decoding: list[_Seq], other_tokens: int) -> None:
+        """Who drafts for each sequence (batch_costs.pick, from its proposers' offers) and its
+        K (batch_costs.choose, for the whole round)."""
         wants: list[Want] = []
+        offers: list[BatchOffer | None] = []
         # Each sequence's verify rows within the outputs one decode holds.
         k_cap = self.t_ctx.max_rows // max(1, len(decoding)) - 1
         for s in decoding:
             config = s.req.config
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
-            k_max = max(0, min(config.k_max, budget)) if s.kind else 0
+            k_max = max(0, min(config.k_max, budget))
             s.no_drafts()
-            if s.uses_model and self.d_ctx is not None and len(s.history) > self.d_ctx.n_ctx:
-                # The draft model's context (its own, often shorter than the target's: a 32k
-                # draft beside a 128k target) is full: this answer goes on without it.
-                s.uses_model = False
-                self.d_ctx.keep(s.seq, 0)
-            found: list[int] = []
-            if s.lookup is not None and k_max:
-                found = s.lookup.candidates(s.history, k_max)
-            # auto: the lookup when it found a run it is expected to keep more of, else the model;
-            # with a fixed K (a seeded sampling run, whose output must repeat whatever runs
-            # beside it) by the found run alone, never by what other sequences taught.
-            if not config.drafts_adaptively:
-                use_lookup = bool(found) and (not s.uses_model or len(found) >= k_max)
-            else:
-                use_lookup = bool(found) and (
-                    not s.uses_model or s.alpha[LOOKUP] * len(found) >= s.alpha[MODEL] * k_max * 0.5
-                )
-            if use_lookup:
-                s.drafter, s.drafts = LOOKUP, found
-                k_max = len(found)
-            elif s.uses_model:
-                s.drafter = MODEL
-                assert self.d_ctx is not None  # (its cache ends at the history's end + K - 1 drafts)
-                k_max = min(k_max, self.d_ctx.n_ctx - len(s.history) + 1)
-            else:
-                k_max = 0
-            fixed = None if config.drafts_adaptively else k_max
-            # (The draft model's cache is always a prefix of the history: see _accept.)
-            lag = len(s.history) - len(self.d_ctx.cached[s.seq]) if self.d_ctx else 1
-            wants.append(Want(s.alpha.get(s.drafter, 0.0), k_max, s.drafter == MODEL, fixed, max(1, lag)))
+            bids: list[tuple[BatchProposer, BatchOffer]] = []
+            if k_max:
+                bids = [(p, o) for p in s.proposers if (o := p.offer(s.seq, s.history, k_max)) is not None]
+            adaptive = config.drafts_adaptively
+            i = pick([Bid(s.alpha[p.kind], o.k_max, p.free) for p, o in bids], k_max, adaptive)
+            offer = None
+            if i >= 0:
+                s.proposer, offer = bids[i]
+            offers.append(offer)
+            k = offer.k_max if offer is not None else 0
+            # (A fixed K, a seeded sampling run's, is taken as it is.)
+            fixed = None if config.drafts_adaptively else k
+            alpha = s.alpha[s.proposer.kind] if s.proposer is not None else 0.0
+            stepped = s.proposer is not None and not s.proposer.free
+            wants.append(Want(alpha, k, stepped, fixed, offer.lag if offer is not None else 1))
         ks = self.costs.choose(wants, other_tokens)
-        for s, k in zip(decoding, ks, strict=True):
-            s.k = k
-            if s.drafter == LOOKUP:
-                s.drafts = s.drafts[:k]
-                assert s.lookup is not None
-                s.qs = list(s.lookup.proposal_from(s.drafts).qs) if not s.req.config.sampler.greedy else []
-            if k == 0:
-                s.drafter, s.drafts = "", []
+        for s, k, offer in zip(decoding, ks, offers, strict=True):
+            if k == 0 or offer is None:
+                s.no_drafts()
+                continue
+            s.lane = Lane(s.seq, s.history, s.req.config, s.rng, offer, k)
 
-    def _draft(self, decoding: list[_Seq]) -> None:
-        """The draft model's steps for every sequence drafting with it: one batch a step."""
-        d_ctx = self.d_ctx
-        going = [s for s in decoding if s.drafter == MODEL and s.k > 0]
-        if d_ctx is None or not going:
-            return
-        # Step one: each sequence's catch-up (what its draft cache misses of the history), the
-        # part beyond its share of the micro-batch decoded first.
-        share = d_ctx.capacity // len(going)
-        pieces = []
-        behind = []
-        for s in going:
-            have = len(d_ctx.cached[s.seq])  # (a prefix of the history)
-            if have == len(s.history):  # (never all: the last token is decoded to draft from it)
-                have -= 1
-            d_ctx.keep(s.seq, have)
-            cut = max(have, len(s.history) - share)
-            if cut > have:
-                behind.append(Piece(s.seq, s.history[have:cut], "none"))
-            tail = s.history[cut:]
-            s.caught_up = len(s.history) - have
-            pieces.append(Piece(s.seq, tail, "last"))
-        if behind:
-            d_ctx.prefill(behind)
-        while going:
-            t0 = time.perf_counter()
-            rows = d_ctx.decode(pieces)
-            self.costs.draft.add(sum(len(p.tokens) for p in pieces), time.perf_counter() - t0)
-            nxt: list[_Seq] = []
-            pieces = []
-            for s, row in zip(going, rows, strict=True):
-                assert row is not None
-                config = s.req.config
-                try:
-                    got = draw(row[-1], config.sampler, s.rng, config.p_min)
-                except NonFiniteLogits:
-                    got = None
-                if got is None:
-                    continue
-                token, q = got
-                s.drafts.append(token)
-                s.qs.append(q)
-                if len(s.drafts) < s.k:
-                    nxt.append(s)
-                    pieces.append(Piece(s.seq, [token], "last"))
-            going = nxt
+    def _draft(self, decoding: list[_Seq]) -> dict[int, float]:
+        """Every proposer drafts for the sequences it was given, at once; the seconds each
+        stepped proposer took (by sequence: a free one's search was the plan's)."""
+        spent: dict[int, float] = {}
+        for p in self.proposers:
+            lanes = [s.lane for s in decoding if s.proposer is p and s.lane is not None]
+            if lanes:
+                took = p.propose(lanes)
+                for lane in lanes:
+                    spent[lane.seq] = 0.0 if p.free else took
+        return spent
 
-    def _accept(self, s: _Seq, logits: npt.NDArray[np.float32], draft_s: float, verify_s: float) -> None:
+    def _accept(
+        self, s: _Seq, logits: npt.NDArray[np.float32], draft_s: float, verify_s: float, drafting_s: float
+    ) -> None:
+        """The round's verdict for `s` from its rows; `draft_s`: its own drafter's time,
+        `drafting_s`: the round's drafting, every sequence's (the round's wall time has it)."""
         config = s.req.config
         sampler = config.sampler
+        lane = s.lane
         drafts = s.drafts
         k = len(drafts)
         try:
@@ -565,8 +494,9 @@ class BatchEngine:
             else:
                 accepted, own = k, -1
                 for j in range(k):
+                    assert lane is not None
                     p = distribution(logits[j], sampler)
-                    q = s.qs[j]
+                    q = lane.qs[j]
                     assert q is not None
                     if not accept_draft(p, q, drafts[j], s.rng):
                         accepted, own = j, residual(p, q).sample(s.rng)
@@ -579,30 +509,33 @@ class BatchEngine:
             return
         keep = len(s.history) + accepted
         self.t_ctx.keep(s.seq, keep)
-        if self.d_ctx is not None:
-            self.d_ctx.keep(s.seq, min(keep, len(self.d_ctx.cached[s.seq])))
-        if k and s.drafter:
+        for each in s.proposers:
+            each.keep(s.seq, keep)
+        proposer = s.proposer if k else None
+        if proposer is not None:
             rate = accepted / k
-            s.alpha[s.drafter] = ALPHA_KEEP * s.alpha[s.drafter] + (1 - ALPHA_KEEP) * rate
-            self.alpha[s.drafter] = ALPHA_KEEP * self.alpha[s.drafter] + (1 - ALPHA_KEEP) * rate
+            kind = proposer.kind
+            s.alpha[kind] = ALPHA_KEEP * s.alpha[kind] + (1 - ALPHA_KEEP) * rate
+            self.alpha[kind] = ALPHA_KEEP * self.alpha[kind] + (1 - ALPHA_KEEP) * rate
         tokens = (*drafts[:accepted], own)
+        free = proposer is not None and proposer.free
         rnd = RoundEvent(
             drafted=k,
             accepted=accepted,
             emitted=len(tokens),
-            draft_s=draft_s if s.drafter == MODEL else 0.0,
+            draft_s=draft_s,
             verify_s=verify_s,
-            k=s.k,
-            drafter=s.drafter if k else "",
-            caught_up=s.caught_up,
-            looked_up=k if s.drafter == LOOKUP else 0,
+            k=lane.k if lane is not None else 0,
+            drafter=proposer.kind if proposer is not None else "",
+            caught_up=lane.caught_up if lane is not None else 0,
+            looked_up=k if free else 0,
             tokens=tokens,
         )
         s.llama_s += verify_s
-        reasoning_s = draft_s + verify_s if s.answer.in_reasoning else None
+        reasoning_s = drafting_s + verify_s if s.answer.in_reasoning else None
         events = [*s.answer.take(rnd, reasoning_s), rnd]
         now = time.perf_counter()
-        rnd.wall_s = draft_s + verify_s
+        rnd.wall_s = drafting_s + verify_s
         s.req.emit(events)
         if s.answer.reason is not None:
             self._end(s, s.answer.reason, now)

@@ -7,10 +7,11 @@ costs are measured as functions of the whole batch (CostTable: seconds by tokens
 start by BatchEngine.calibrate and kept up to date by the rounds):
 
 * a verify: one llama_decode of every sequence's rows;
-* a draft model's step: one decode of the sequences still drafting, its first step carrying
-  each sequence's catch-up (what the draft model has not read yet).
+* a draft step (the draft model's): one decode of the sequences still drafting, its first
+  step carrying each sequence's catch-up (what the draft model has not read yet).
 
-`choose` gives each sequence its K to maximise the round's expected tokens per second: every
+`pick` chooses which kind drafts for each sequence (from the offers of drafters/batched.py);
+`choose` then gives each sequence its K to maximise the round's expected tokens per second: every
 sequence starts at 0 and the increment that raises the rate most is taken until none does (a
 sequence's n-th draft adds α^n expected tokens; it costs what one more row adds to the verify
 and its tokens add to that draft step). A draft that does not pay alone is still taken when the
@@ -76,14 +77,53 @@ class CostTable:
 @dataclass(frozen=True, slots=True)
 class Want:
     """One sequence's part in choosing: its expected acceptance per draft, the most it may draft
-    this round, whether its drafts cost draft-model steps (lookup's are free), and a K it asked
-    for (None: chosen here)."""
+    this round, whether its drafts cost draft steps (a free kind's, found already, do not), and
+    a K it asked for (None: chosen here)."""
 
     alpha: float
     k_max: int
-    model: bool
+    stepped: bool
     fixed: int | None = None
-    lag: int = 1  # tokens the draft model decodes in its first step (its catch-up, last included)
+    lag: int = 1  # tokens its drafter decodes in its first step (its catch-up, last included)
+
+
+# Where two kinds can draft for a sequence, one taking draft steps is weighed at this share of
+# the tokens it is expected to add against a free one (prompt lookup): its steps cost.
+STEPPED_WEIGHT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Bid:
+    """A kind's offer for one sequence, as the choice between kinds sees it: its acceptance
+    per draft, the most it drafts, whether it is free (found already, no draft steps)."""
+
+    alpha: float
+    k: int
+    free: bool
+
+
+def pick(bids: list[Bid], k_max: int, adaptive: bool) -> int:
+    """Which kind drafts for a sequence this round (an index into `bids`; -1: none). By the
+    tokens each is expected to add (a free one's found run against a stepped one's K, weighed
+    by STEPPED_WEIGHT; a tie to the free one). With a fixed K (a seeded sampling run, whose
+    output must repeat whatever runs beside it) by what was found alone, never by what other
+    sequences taught: a free run as long as K, else a stepped kind, else the longest free run."""
+    if not bids:
+        return -1
+    if not adaptive:
+        for i, b in enumerate(bids):
+            if b.free and b.k >= k_max:
+                return i
+        for i, b in enumerate(bids):
+            if not b.free:
+                return i
+        return max(range(len(bids)), key=lambda i: bids[i].k)
+
+    def worth(i: int) -> tuple[float, bool]:
+        b = bids[i]
+        return b.alpha * b.k * (1.0 if b.free else STEPPED_WEIGHT), b.free
+
+    return max(range(len(bids)), key=worth)
 
 
 class BatchCosts:
@@ -178,7 +218,7 @@ class _Plan:
         w, k = self.wants[i], self.ks[i]
         verify = self.costs.verify
         cost = verify.at(self.rows + 1) - verify.at(self.rows)
-        if w.model:
+        if w.stepped:
             j = k + 1
             had = self.steps.get(j, 0)
             add = w.lag if j == 1 else 1
@@ -208,7 +248,7 @@ class _Plan:
         gain, cost = self.step(i)
         self.each[i] += gain
         w, k = self.wants[i], self.ks[i]
-        if w.model:
+        if w.stepped:
             j = k + 1
             self.steps[j] = self.steps.get(j, 0) + (w.lag if j == 1 else 1)
         self.rows += 1

@@ -45,6 +45,7 @@ from ..events import RoundEvent
 from ..sampling import Dist, SamplerSettings
 from ..text.retokenize import LOOK_BEHIND, complete_utf8, reencode, window
 from . import Proposal
+from .batched import Batching
 from .model import ModelDrafter
 from .policy import model_pays
 from .spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Needs, Offer, RoundView, Traits, Words
@@ -402,5 +403,8 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(untimed_rank=2),
+    # (Its look-behind window and the texts it keeps in step are one sequence's; the draft
+    # model's batched steps would serve it, its re-encoding per sequence is to write.)
+    batching=Batching(why_not="its text in both tokenizers is kept for one sequence"),
     across_tokenizers=True,
 )

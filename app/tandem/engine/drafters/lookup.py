@@ -19,6 +19,7 @@ from ..config import DRAFT_MAX_LIMIT
 from ..events import RoundEvent
 from ..sampling import Dist
 from . import Proposal
+from .batched import Batching, BatchOffer, BatchProposerBase, BatchSetup, Lane
 from .spec import (
     BuildContext,
     CostView,
@@ -129,12 +130,56 @@ class LookupDrafter(DrafterBase):
         return []
 
 
+class LookupBatch(BatchProposerBase):
+    """Prompt lookup for the sequences of a batch: an index per sequence, searched when the
+    round is planned (what it finds is its offer)."""
+
+    kind = KIND
+    free = True
+    alpha_prior = 0.4
+
+    def __init__(self, n_vocab: int) -> None:
+        self.n_vocab = n_vocab
+        self._of: dict[int, LookupDrafter] = {}
+
+    def admit(self, seq: int, prompt: Sequence[int], reuse: bool) -> None:
+        self._of[seq] = LookupDrafter(self.n_vocab)
+
+    def offer(self, seq: int, history: Sequence[int], k_max: int) -> BatchOffer | None:
+        found = self._of[seq].candidates(history, k_max)
+        return BatchOffer(len(found), tuple(found)) if found else None
+
+    def propose(self, lanes: Sequence[Lane]) -> float:
+        for lane in lanes:  # (the run found when the round was planned, cut to its K)
+            lane.drafts = list((lane.offer.found or ())[: lane.k])
+            if not lane.config.sampler.greedy:
+                lane.qs = list(self._of[lane.seq].proposal_from(lane.drafts).qs)
+        return 0.0
+
+    def release(self, seq: int) -> None:
+        self._of.pop(seq, None)
+
+
+def _build_batch(setup: BatchSetup) -> LookupBatch:
+    return LookupBatch(setup.target.n_vocab)
+
+
 def _build(ctx: BuildContext) -> Drafter:
     return LookupDrafter(ctx.target.n_vocab)
 
 
 def _missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
     return None
+
+
+def _time_search(n_vocab: int, history: Sequence[int], k: int) -> float:
+    """One search over `history`, timed (its index built first: a round's search finds it
+    built, and extends it by a round's tokens)."""
+    lookup = LookupDrafter(n_vocab)
+    lookup.candidates(history[:-1], k)
+    t0 = time.perf_counter()
+    lookup.candidates(history, k)
+    return time.perf_counter() - t0
 
 
 def _draft_cost(costs: CostView, drafted: int, caught_up: int, looked_up: int, draft_s: float) -> float:
@@ -152,5 +197,8 @@ SPEC = DrafterSpec(
     needs=Needs.NOTHING,
     build=_build,
     missing=_missing,
-    traits=Traits(draft_cost=_draft_cost, untimed_rank=0, timed_by_drafting=False, free=True),
+    traits=Traits(
+        draft_cost=_draft_cost, untimed_rank=0, timed_by_drafting=False, free=True, time_search=_time_search
+    ),
+    batching=Batching(build=_build_batch),
 )

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
 from . import Proposal, draw
+from .batched import Batching, BatchOffer, BatchProposerBase, BatchSetup, Lane
 from .policy import model_pays
 from .spec import (
     BuildContext,
@@ -161,6 +162,104 @@ class ModelDrafter(DrafterBase):
         return model_pays(view.free_share, plain, 1.0 / rate, view.costs.catchup_time(1.0, self.kind))
 
 
+class ModelBatch(BatchProposerBase):
+    """The draft model for the sequences of a batch, loaded with as many sequences as the
+    target: one decode a step for every sequence drafting with it, the first carrying each
+    one's catch-up. Each sequence's cache is a prefix of its history (see keep)."""
+
+    kind = KIND
+    alpha_prior = 0.5
+
+    def __init__(self, setup: BatchSetup) -> None:
+        from ..llama.sequences import SeqContext  # (llama.cpp's bindings, loaded by then)
+
+        assert setup.draft is not None
+        self.ctx = SeqContext(setup.draft)
+        self.record = setup.record
+
+    def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
+        # A draft step or a catch-up: one sequence's tokens (a step across sequences is as many).
+        self.ctx.time_decodes(seqs, (1, 2, 3, 4, 6, 8, 16, 32, 64), "last", self.record, stopped)
+
+    def admit(self, seq: int, prompt: Sequence[int], reuse: bool) -> None:
+        self.ctx.keep(seq, self.ctx.common_prefix(seq, prompt) if reuse else 0)
+
+    def offer(self, seq: int, history: Sequence[int], k_max: int) -> BatchOffer | None:
+        ctx = self.ctx
+        if len(history) > ctx.n_ctx:
+            # Its context (its own, often shorter than the target's: a 32k draft beside a 128k
+            # target) is full: this answer goes on without it.
+            ctx.keep(seq, 0)
+            return None
+        # (Its cache ends at the history's end + K - 1 drafts.)
+        k = min(k_max, ctx.n_ctx - len(history) + 1)
+        return BatchOffer(k, lag=max(1, len(history) - len(ctx.cached[seq]))) if k > 0 else None
+
+    def propose(self, lanes: Sequence[Lane]) -> float:
+        from ..llama.sequences import Piece
+
+        t0 = time.perf_counter()
+        ctx = self.ctx
+        going = [lane for lane in lanes if lane.k > 0]
+        if not going:
+            return 0.0
+        # Step one: each sequence's catch-up (what its cache misses of the history), the part
+        # beyond its share of the micro-batch decoded first.
+        share = ctx.capacity // len(going)
+        pieces = []
+        behind = []
+        for lane in going:
+            history = lane.history
+            have = len(ctx.cached[lane.seq])  # (a prefix of the history)
+            if have == len(history):  # (never all: the last token is decoded to draft from it)
+                have -= 1
+            ctx.keep(lane.seq, have)
+            cut = max(have, len(history) - share)
+            if cut > have:
+                behind.append(Piece(lane.seq, history[have:cut], "none"))
+            lane.caught_up = len(history) - have
+            pieces.append(Piece(lane.seq, history[cut:], "last"))
+        if behind:
+            ctx.prefill(behind)
+        while going:
+            t1 = time.perf_counter()
+            rows = ctx.decode(pieces)
+            self.record(sum(len(p.tokens) for p in pieces), time.perf_counter() - t1)
+            nxt: list[Lane] = []
+            pieces = []
+            for lane, row in zip(going, rows, strict=True):
+                assert row is not None
+                config = lane.config
+                try:
+                    got = draw(row[-1], config.sampler, lane.rng, config.p_min)
+                except NonFiniteLogits:
+                    got = None  # (the draft's nonsense ends its draft; the target's would not)
+                if got is None:
+                    continue
+                token, q = got
+                lane.drafts.append(token)
+                if q is not None:
+                    lane.qs.append(q)
+                if len(lane.drafts) < lane.k:
+                    nxt.append(lane)
+                    pieces.append(Piece(lane.seq, [token], "last"))
+            going = nxt
+        return time.perf_counter() - t0
+
+    def keep(self, seq: int, n: int) -> None:
+        # It never decoded its own final proposal, so it may hold fewer than n tokens.
+        self.ctx.keep(seq, min(n, len(self.ctx.cached[seq])))
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def _build_batch(setup: BatchSetup) -> ModelBatch | None:
+    if setup.draft is None or setup.draft.foreign_tokenizer:
+        return None
+    return ModelBatch(setup)
+
+
 def _build(ctx: BuildContext) -> Drafter | None:
     if ctx.draft is None or ctx.draft.foreign_tokenizer:
         return None
@@ -199,4 +298,5 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(draft_cost=_draft_cost, untimed_rank=2),
+    batching=Batching(build=_build_batch),
 )

@@ -15,6 +15,7 @@ from ..errors import IncompatiblePairError, ModelFileError, TandemError
 from ..files.compat import check_pair
 from ..files.gguf_info import GGUFInfo
 from . import cross, hybrid, lookup, model
+from .batched import BatchProposer, BatchSetup
 from .heads import dflash, eagle3, mtp
 from .heads.files import DrafterFacts, check_d2t_values, described
 from .spec import BuildContext, Drafter, DrafterSpec, Needs
@@ -205,6 +206,12 @@ def build(ctx: BuildContext) -> list[Drafter]:
     return pool
 
 
+def time_free_search(n_vocab: int, history: list[int], k: int) -> float:
+    """Seconds of one search by the free kinds (prompt lookup), the slowest's."""
+    timers = [s.traits.time_search for s in KINDS if s.traits.time_search is not None]
+    return max((t(n_vocab, history, k) for t in timers), default=0.0)
+
+
 def attach(target: LoadedModel) -> None:
     """After a target loads: each kind that follows its decodes attaches to it (the heads)."""
     for s in KINDS:
@@ -215,3 +222,38 @@ def attach(target: LoadedModel) -> None:
 def offered(target: LoadedModel, draft: LoadedModel | None) -> list[DrafterSpec]:
     """What a loaded pair offers to draft with (auto's candidates), in the registry's order."""
     return available(target, draft)
+
+
+# ---------------------------------------------------------------------- several sequences
+def batch_proposers(setup: BatchSetup) -> list[BatchProposer]:
+    """The proposers of the kinds that draft for several sequences at once, for a batched
+    engine over this pair (those the pair gives something to draft with), in the registry's
+    order."""
+    built = (s.batching.build(setup) for s in KINDS if s.batching.build is not None)
+    return [p for p in built if p is not None]
+
+
+def not_batched(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
+    """The kinds this pair drafts with that do not draft for several sequences: "name (why)"."""
+    return [f"{s.name} ({s.batching.why_not})" for s in available(target, draft) if s.batching.build is None]
+
+
+def batch_refusal(
+    choice: str, kinds: list[str], target: LoadedModel, draft: LoadedModel | None
+) -> str | None:
+    """Why a request for `choice` cannot draft beside other sequences, with `kinds` those a
+    batched engine over this pair drafts with (one line), or None when it can."""
+    if choice == AUTO:
+        return None
+    s = spec(choice)
+    if s is None:
+        return missing(target, draft, choice)
+    if s.batching.build is None:
+        return (
+            f"drafting with {choice!r} runs one sequence at a time ({s.batching.why_not}); parallel "
+            f"sequences draft with {', '.join([*kinds, AUTO])} (or start tandem serve with --parallel 1)"
+        )
+    if choice not in kinds:
+        why = s.missing(target, draft) or "this pair gives it nothing to draft with"
+        return f"this server cannot draft with {choice!r}: {why}; ask for {', '.join([*kinds, AUTO])}"
+    return None

@@ -1,11 +1,12 @@
 """How a drafter kind describes itself to the rest of Tandem (registry.py lists them).
 
-A kind is one module of drafters/ with one `SPEC`, in three groups and a few hooks:
+A kind is one module of drafters/ with one `SPEC`, in four groups and a few hooks:
 
 * `Words`: its label, what choosing it means, how notes and "drafted by ..." name it; every
   front-end's words about a kind come from here.
 * `Traits`: how the scheduler and the cost model treat it (its rank while nothing is measured,
   whether drafting times it, whether it is free, what a round of it costs).
+* `Batching`: how it drafts for the sequences of a batch (batched.py), or why it cannot yet.
 * `Files`: the drafter files it loads, when it has any (a trained drafter beside the target, MTP
   heads alone): the architectures and name prefixes it claims, how its header is read and
   checked against a target, how a checked file is attached, whether this build can run it.
@@ -29,6 +30,7 @@ from ..config import GenerationConfig
 from ..events import RoundEvent
 from ..files.gguf_info import GGUFInfo
 from . import Proposal
+from .batched import Batching
 from .policy import AdaptivePolicy, CostModel, FixedPolicy
 
 if TYPE_CHECKING:
@@ -208,6 +210,9 @@ class Traits:
     # A drafter that costs no draft steps (prompt lookup): others may owe a catch-up for its
     # tokens, and it may finish their drafts.
     free: bool = False
+    # A free kind's search timed once (n_vocab, history, k) -> seconds: what measure_costs
+    # prices its rounds with (CostView.c_lookup).
+    time_search: Callable[[int, Sequence[int], int], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,6 +260,8 @@ class DrafterSpec:
     # Before anything loads, why a target (its header) cannot draft with this kind alone, with
     # nothing given beside it: (target, the front-end's advice) -> one line, None when it can.
     preflight: Callable[[GGUFInfo, str | None], str | None] | None = None
+    # How it drafts for several sequences in one batch (batched.py), or why it does not.
+    batching: Batching = field(default_factory=lambda: Batching(why_not="it drafts for one sequence"))
 
     @property
     def label(self) -> str:

@@ -9,7 +9,8 @@ sequence's cache holds and cuts a sequence back after a rejection (llama_memory_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,41 @@ class SeqContext:
         while i < n and cached[i] == tokens[i]:
             i += 1
         return i
+
+    def time_decodes(
+        self,
+        seqs: Sequence[int],
+        sizes: Sequence[int],
+        outputs: str,
+        record: Callable[[int, float], None],
+        stopped: Callable[[], bool],
+    ) -> None:
+        """Time decodes of each size in `sizes` tokens (twice each) after a short context in
+        each of `seqs` (free sequences, left empty), for a cost table: `outputs` "all", a
+        verify (one row in each sequence, the rest on the first, as a round with drafts has
+        them); "last", a draft step or catch-up (one sequence's tokens). Sizes past the
+        context's limits are skipped; `stopped` ends it early."""
+        tokens = [t % self.model.n_vocab for t in range(1000, 1080)]
+        for seq in seqs:
+            self.keep(seq, 0)
+        # (The first decode also pays the page-ins.)
+        self.prefill([Piece(seq, tokens[:8], "none") for seq in seqs])
+        for n in sizes:
+            if stopped():
+                break
+            if (n > self.max_rows and outputs == "all") or n > self.capacity:
+                continue
+            m = min(n, len(seqs)) if outputs == "all" else 1
+            counts = [n - m + 1] + [1] * (m - 1)
+            pieces = [Piece(seq, tokens[8 : 8 + c], outputs) for seq, c in zip(seqs, counts, strict=False)]
+            for _ in range(2):
+                t0 = time.perf_counter()
+                self.decode(pieces)
+                record(n, time.perf_counter() - t0)
+                for p in pieces:
+                    self.keep(p.seq, 8)
+        for seq in seqs:
+            self.keep(seq, 0)
 
     def prefill(self, pieces: Sequence[Piece]) -> None:
         """Decode pieces without outputs, in as many decodes as the micro-batch needs."""

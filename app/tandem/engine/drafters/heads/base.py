@@ -37,6 +37,7 @@ from ...files.gguf_info import GGUFInfo
 from ...llama.prefix import common_prefix
 from ...sampling import NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
+from ..batched import Batching
 from ..spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Files, Needs, Traits, Words
 from .files import DrafterFacts, described, layer_problems
 
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
 # Target positions a head takes rows for beyond its entries before it catches up unasked (a
 # long prefill goes in chunk by chunk, rather than all at the first draft).
 FLUSH_ROWS = 64
+
+# What keeps the heads to one sequence: their llama.cpp context (context.py) follows the
+# target's decodes of one sequence, its rows staged for that sequence alone.
+ONE_SEQUENCE = Batching(why_not="its llama.cpp context follows one sequence of the target's decodes")
 
 
 def trained_supported() -> bool:
@@ -399,6 +404,7 @@ def trained_spec(
         build=build,
         missing=missing,
         traits=Traits(untimed_rank=1),
+        batching=ONE_SEQUENCE,
         listens=("layer rows",),
         files=Files(
             label=words.label,

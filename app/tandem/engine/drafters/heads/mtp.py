@@ -28,7 +28,7 @@ from ...config import DRAFT_MAX_LIMIT
 from ...errors import ModelLoadError
 from ...files.gguf_info import GGUFInfo
 from ..spec import BuildContext, Drafter, DrafterSpec, Files, Needs, Traits, Words
-from .base import EntryHead, HeadDrafter
+from .base import ONE_SEQUENCE, EntryHead, HeadDrafter
 from .files import DrafterFacts, positive
 
 if TYPE_CHECKING:
@@ -204,6 +204,7 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(untimed_rank=1),
+    batching=ONE_SEQUENCE,
     attach=attach,
     listens=("hidden rows",),
     unusable=lambda target: None if target.mtp_layers_in_file == 0 else _missing(target, None),

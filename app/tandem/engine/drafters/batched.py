@@ -1,0 +1,121 @@
+"""What a kind does for the sequences of a batch (decoding/batch.py: `tandem serve --parallel`).
+
+The batched engine never names a kind: it asks each kind's proposer what it can draft for a
+sequence this round (`offer`), its scheduler (decoding/batch_costs.py) picks one per sequence
+and gives each its K, and every proposer then drafts for all the sequences it was given at once
+(`propose`: the draft model in one llama.cpp batch a step, whatever the number of sequences).
+
+A kind that drafts for several sequences declares it in its spec (`Batching.build`); one that
+cannot yet says why in `Batching.why_not` (the heads: llama.cpp's staging of the target's rows
+holds one sequence's state), and a request for it beside other sequences is refused with that
+reason, never served by another kind in silence.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from ..config import GenerationConfig
+from ..sampling import Dist
+
+if TYPE_CHECKING:
+    from ..llama.model import LoadedModel
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOffer:
+    """What a proposer can draft for one sequence this round: at most `k_max` tokens, found
+    already when `found` is set (a free kind: what it found is the offer), the first step
+    decoding `lag` tokens (its catch-up on the history, the last token included)."""
+
+    k_max: int
+    found: tuple[int, ...] | None = None
+    lag: int = 1
+
+
+@dataclass
+class Lane:
+    """One sequence's part in a round's drafting: what it asks (k) and what it got."""
+
+    seq: int
+    history: Sequence[int]
+    config: GenerationConfig
+    rng: random.Random
+    offer: BatchOffer  # what its proposer offered it this round
+    k: int
+    drafts: list[int] = field(default_factory=list)
+    qs: list[Dist | None] = field(default_factory=list)  # (empty when greedy)
+    caught_up: int = 0  # tokens its proposer decoded before its first draft step (one: in step)
+
+
+@dataclass(frozen=True)
+class BatchSetup:
+    """What a batched engine gives the kinds: its pair, and where a kind's proposer records what
+    its decodes cost ((tokens, seconds): the scheduler's draft-step table)."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    record: Callable[[int, float], None]
+
+
+class BatchProposer(Protocol):
+    kind: str
+    # It finds its tokens before the plan, at no draft step (prompt lookup): its offer is what
+    # it found, and the scheduler prices its drafts as verify rows alone.
+    free: bool
+    alpha_prior: float  # acceptance per draft expected before a sequence has drafted with it
+
+    def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
+        """Time its decodes at the sizes rounds use, in the free sequences `seqs`, left empty."""
+
+    def admit(self, seq: int, prompt: Sequence[int], reuse: bool) -> None:
+        """Sequence `seq` starts answering `prompt`; `reuse`: what its cache holds may be kept
+        (a request of the same cache group left it)."""
+
+    def offer(self, seq: int, history: Sequence[int], k_max: int) -> BatchOffer | None:
+        """What it can draft for `seq` this round, up to k_max tokens; None: nothing."""
+
+    def propose(self, lanes: Sequence[Lane]) -> float:
+        """Draft for every lane (its k tokens at most, with q when sampling); the seconds spent."""
+
+    def keep(self, seq: int, n: int) -> None:
+        """The target kept `seq`'s history[:n]: drop anything beyond it."""
+
+    def release(self, seq: int) -> None:
+        """Sequence `seq`'s answer ended (its cache may serve a next request: see admit)."""
+
+    def close(self) -> None: ...
+
+
+class BatchProposerBase:
+    """The calls a proposer without state of its own in llama.cpp does not need."""
+
+    free = False
+    alpha_prior = 0.5
+
+    def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
+        pass
+
+    def admit(self, seq: int, prompt: Sequence[int], reuse: bool) -> None:
+        pass
+
+    def keep(self, seq: int, n: int) -> None:
+        pass
+
+    def release(self, seq: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a kind serves the sequences of a batch: `build` its proposer for one engine (None:
+    the pair gives it nothing to draft with), or, when it cannot (build None), `why_not`."""
+
+    build: Callable[[BatchSetup], BatchProposer | None] | None = None
+    why_not: str = ""
