@@ -4,12 +4,10 @@ a slow reader or a long prompt changes nobody else's answer."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,20 +15,16 @@ import pytest
 import gguf_edit
 import model_files
 import tandem.engine.decoding.batch as batch_module  # where a sequence's verification lives
+from batch_helpers import Asked, fresh, run, running, submit
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import (
     BatchEngine,
-    DoneEvent,
-    Event,
     GenerationConfig,
     LoadOptions,
     ModelPair,
-    PrefillEvent,
     RoundEvent,
     SamplerSettings,
-    SeqRequest,
     TandemError,
-    TokenEvent,
 )
 from tandem.engine.drafters.lookup import KIND as LOOKUP
 from tandem.engine.drafters.model import KIND as MODEL
@@ -53,81 +47,10 @@ def parallel_pair(smollm2_f16: Path, smollm2_q4_1: Path) -> Iterator[ModelPair]:
     pair.close()
 
 
-@contextmanager
-def running(pair: ModelPair) -> Iterator[BatchEngine]:
-    """A BatchEngine over `pair`, its loop in a thread, stopped and closed at the end."""
-    eng = BatchEngine(pair.target, pair.draft)
-    thread = threading.Thread(target=eng.run, daemon=True)
-    thread.start()
-    try:
-        yield eng
-    finally:
-        eng.stop()
-        thread.join(30)
-        eng.close()
-    assert not thread.is_alive()
-
-
 @pytest.fixture
 def engine(parallel_pair: ModelPair) -> Iterator[BatchEngine]:
     with running(parallel_pair) as eng:
         yield eng
-
-
-@dataclass
-class Asked:
-    """One request's events as the engine told them, and its end."""
-
-    prompt: list[int]
-    config: GenerationConfig
-    speculative: bool = True
-    events: list[Event] = field(default_factory=list)
-    done: DoneEvent | None = None
-    error: BaseException | None = None
-    ended: threading.Event = field(default_factory=threading.Event)
-    cancel: threading.Event = field(default_factory=threading.Event)
-    unread: int = 0
-    first_token_at: float = 0.0
-    prefilled_at: float = 0.0
-
-    @property
-    def tokens(self) -> list[int]:
-        return [e.id for e in self.events if isinstance(e, TokenEvent)]
-
-
-def submit(engine: BatchEngine, asked: Asked) -> None:
-    def emit(events: list[Event]) -> None:
-        now = time.perf_counter()
-        if not asked.first_token_at and any(isinstance(e, TokenEvent) for e in events):
-            asked.first_token_at = now
-        if any(isinstance(e, PrefillEvent) for e in events):
-            asked.prefilled_at = now
-        asked.events.extend(events)
-        if events and isinstance(events[-1], DoneEvent):
-            asked.done = events[-1]
-            asked.ended.set()
-
-    def fail(exc: BaseException) -> None:
-        asked.error = exc
-        asked.ended.set()
-
-    config = engine.check(asked.config, asked.speculative)
-    engine.submit(
-        SeqRequest(asked.prompt, config, asked.speculative, emit, fail, asked.cancel, lambda: asked.unread)
-    )
-
-
-def run(engine: BatchEngine, asks: list[Asked], timeout: float = 120) -> list[Asked]:
-    for a in asks:
-        submit(engine, a)
-    for a in asks:
-        assert a.ended.wait(timeout), "an answer did not end"
-        assert a.error is None, a.error
-    return asks
-
-
-def fresh(a: Asked) -> Asked:
-    return Asked(a.prompt, a.config, a.speculative)
 
 
 def prompts(pair: ModelPair) -> list[list[int]]:

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from batch_helpers import Asked, running
+from batch_helpers import run as answer_all
 from drafter_cases import CASES, Case
-from run_helpers import assert_same_greedy, run
+from run_helpers import TINY, assert_same_greedy, run
 from sampling_law import chi_square_p, exact_joint
-from tandem.engine import ChatMessage, ModelPair, SamplerSettings
+from tandem.engine import ChatMessage, GenerationConfig, ModelPair, RoundEvent, SamplerSettings
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import BuildContext, Drafter
 
@@ -180,3 +182,30 @@ def test_a_cancel_while_it_drafts_ends_the_answer(
     monkeypatch.undo()
     ref = run(c.alone, prompt, speculative=False, max_tokens=30)
     assert_same_greedy(c.pair, prompt, run(c.pair, prompt, drafter=kind, max_tokens=30).ids, ref.ids)
+
+
+@pytest.mark.parametrize("n_seq", [2, 4])
+def test_beside_other_sequences_each_answer_is_the_target_s(case: tuple[str, Case], n_seq: int) -> None:
+    """`tandem serve --parallel N`: the kind drafts for every sequence of the batched engine
+    (four requests on N sequences, a fixed K: on tiny models drafting pays nothing), and each
+    answer is the target alone's; a kind that cannot is refused with the reason its spec
+    gives, never served by another kind."""
+    kind, c = case
+    spec = registry.spec(kind)
+    assert spec is not None
+    if spec.batching.build is None:
+        why = registry.batch_refusal(kind, [], c.pair.target, c.pair.draft)
+        assert why is not None and spec.batching.why_not in why and "--parallel 1" in why
+        return
+    draft = c.pair.draft.path if c.pair.draft is not None else None
+    with ModelPair.load(c.pair.target.path, draft, replace(TINY, n_seq=n_seq)) as pair, running(pair) as eng:
+        assert kind in eng.kinds
+        config = GenerationConfig(max_tokens=64, drafter=kind, draft_max=4, adaptive=False)
+        asks = [Asked(_chat(pair, text), config) for text in (*c.prompts, c.prompts[0])]
+        answer_all(eng, asks)
+    for a in asks:
+        ref = run(c.alone, a.prompt, speculative=False, max_tokens=64)
+        assert_same_greedy(c.alone, a.prompt, a.tokens, ref.ids)
+    rounds = [e for a in asks for e in a.events if isinstance(e, RoundEvent)]
+    assert {r.drafter for r in rounds if r.drafted} == {kind}
+    assert sum(r.accepted for r in rounds) > 10 and any(r.accepted < r.drafted for r in rounds)

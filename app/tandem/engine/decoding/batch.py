@@ -450,8 +450,10 @@ class BatchEngine:
             # (A fixed K, a seeded sampling run's, is taken as it is.)
             fixed = None if config.drafts_adaptively else k
             alpha = s.alpha[s.proposer.kind] if s.proposer is not None else 0.0
-            stepped = s.proposer is not None and not s.proposer.free
-            wants.append(Want(alpha, k, stepped, fixed, offer.lag if offer is not None else 1))
+            proposer = s.proposer
+            stepped = proposer is not None and not proposer.free
+            alone = proposer is not None and not proposer.shares_steps
+            wants.append(Want(alpha, k, stepped, fixed, offer.lag if offer is not None else 1, alone))
         ks = self.costs.choose(wants, other_tokens)
         for s, k, offer in zip(decoding, ks, offers, strict=True):
             if k == 0 or offer is None:

@@ -85,6 +85,7 @@ class Want:
     stepped: bool
     fixed: int | None = None
     lag: int = 1  # tokens its drafter decodes in its first step (its catch-up, last included)
+    alone: bool = False  # its steps are decodes of its own, not shared with other sequences
 
 
 # Where two kinds can draft for a sequence, one taking draft steps is weighed at this share of
@@ -220,7 +221,7 @@ class _Plan:
         cost = verify.at(self.rows + 1) - verify.at(self.rows)
         if w.stepped:
             j = k + 1
-            had = self.steps.get(j, 0)
+            had = 0 if w.alone else self.steps.get(j, 0)
             add = w.lag if j == 1 else 1
             draft = self.costs.draft
             cost += draft.at(had + add) - (draft.at(had) if had else 0.0)
@@ -248,7 +249,7 @@ class _Plan:
         gain, cost = self.step(i)
         self.each[i] += gain
         w, k = self.wants[i], self.ks[i]
-        if w.stepped:
+        if w.stepped and not w.alone:
             j = k + 1
             self.steps[j] = self.steps.get(j, 0) + (w.lag if j == 1 else 1)
         self.rows += 1

@@ -5,8 +5,9 @@ sequence this round (`offer`), its scheduler (decoding/batch_costs.py) picks one
 and gives each its K, and every proposer then drafts for all the sequences it was given at once
 (`propose`: the draft model in one llama.cpp batch a step, whatever the number of sequences).
 
-A kind that drafts for several sequences declares it in its spec (`Batching.build`); one that
-cannot yet says why in `Batching.why_not` (the heads: llama.cpp's staging of the target's rows
+A kind that drafts for several sequences declares it in its spec (`Batching.build`), drafting
+for them in one llama.cpp call a step or one after another (`shares_steps`); one that cannot
+yet says why in `Batching.why_not` (the heads: llama.cpp's staging of the target's rows
 holds one sequence's state), and a request for it beside other sequences is refused with that
 reason, never served by another kind in silence.
 """
@@ -66,6 +67,9 @@ class BatchProposer(Protocol):
     # It finds its tokens before the plan, at no draft step (prompt lookup): its offer is what
     # it found, and the scheduler prices its drafts as verify rows alone.
     free: bool
+    # Its steps for several sequences are one decode (the draft model's); False: one after
+    # another, each sequence's alone (the scheduler prices them so).
+    shares_steps: bool
     alpha_prior: float  # acceptance per draft expected before a sequence has drafted with it
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
@@ -94,6 +98,7 @@ class BatchProposerBase:
     """The calls a proposer without state of its own in llama.cpp does not need."""
 
     free = False
+    shares_steps = True
     alpha_prior = 0.5
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:

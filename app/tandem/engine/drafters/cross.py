@@ -45,8 +45,8 @@ from ..events import RoundEvent
 from ..sampling import Dist, SamplerSettings
 from ..text.retokenize import LOOK_BEHIND, complete_utf8, reencode, window
 from . import Proposal
-from .batched import Batching
-from .model import ModelDrafter
+from .batched import Batching, BatchOffer, BatchProposerBase, BatchSetup, Lane
+from .model import DraftLM, ModelDrafter
 from .policy import model_pays
 from .spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Needs, Offer, RoundView, Traits, Words
 
@@ -69,7 +69,7 @@ class CrossDrafter(DrafterBase):
     def __init__(
         self,
         target: LoadedModel,
-        draft: LoadedModel,
+        draft: DraftLM,
         sampler: SamplerSettings,
         rng: random.Random,
         p_min: float,
@@ -325,10 +325,10 @@ class SharedVocab:
         self.size = int(self.mask.sum())
 
 
-_shared: weakref.WeakKeyDictionary[LoadedModel, tuple[int, SharedVocab]] = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[DraftLM, tuple[int, SharedVocab]] = weakref.WeakKeyDictionary()
 
 
-def shared_vocab(target: LoadedModel, draft: LoadedModel) -> SharedVocab:
+def shared_vocab(target: LoadedModel, draft: DraftLM) -> SharedVocab:
     """The pair's shared vocabulary (each text once: the first draft token with it), built
     from both vocabularies on first use and remembered with the draft model."""
     known = _shared.get(draft)
@@ -356,7 +356,7 @@ class _MaskedDrafter(ModelDrafter):
 
     def __init__(
         self,
-        model: LoadedModel,
+        model: DraftLM,
         sampler: SamplerSettings,
         rng: random.Random,
         p_min: float,
@@ -371,6 +371,69 @@ class _MaskedDrafter(ModelDrafter):
         masked = row.copy()
         masked[self._outside] = -np.inf
         return super()._draw(masked)
+
+
+# ---------------------------------------------------------------------- several sequences
+class CrossBatch(BatchProposerBase):
+    """Drafting across tokenizers for the sequences of a batch, one after another: a
+    CrossDrafter per sequence over its own sequence of the draft model (its texts in both
+    tokenizers are one sequence's; the re-encoding, not the draft's decodes, is the work)."""
+
+    kind = KIND
+    shares_steps = False
+    alpha_prior = 0.4
+
+    def __init__(self, setup: BatchSetup) -> None:
+        from ..llama.sequences import SeqContext  # (llama.cpp's bindings, loaded by then)
+
+        assert setup.draft is not None
+        self.target = setup.target
+        self.ctx = SeqContext(setup.draft)
+        self.record = setup.record
+        self._of: dict[int, CrossDrafter] = {}
+
+    def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
+        self.ctx.time_decodes(seqs, (1, 2, 4, 8, 16, 32, 64), "last", self.record, stopped)
+
+    def admit(self, seq: int, prompt: Sequence[int], reuse: bool) -> None:
+        from ..llama.sequences import OneSequence
+
+        if not reuse:
+            self.ctx.keep(seq, 0)  # (its first draft keeps what it shares with the text)
+        one = OneSequence(self.ctx, seq, self.record)
+        # One-hot q (the draft's own greedy tokens): its random stream is not drawn from.
+        drafter = CrossDrafter(self.target, one, GREEDY, random.Random(0), 0.0, None)
+        drafter._restart()  # (begin's start, without its prefill: the first draft catches up)
+        self._of[seq] = drafter
+
+    def offer(self, seq: int, history: Sequence[int], k_max: int) -> BatchOffer | None:
+        drafter = self._of[seq]
+        if drafter.off:
+            return None
+        return BatchOffer(k_max, lag=max(1, round((len(history) - drafter.synced) * drafter.ratio)))
+
+    def propose(self, lanes: Sequence[Lane]) -> float:
+        t0 = time.perf_counter()
+        for lane in lanes:
+            drafter = self._of[lane.seq]
+            drafter.sampler = lane.config.sampler  # (for q: one-hot when sampling)
+            got = drafter.draft(lane.history, lane.k)
+            lane.drafts = got.tokens
+            lane.qs = [q for q in got.qs if q is not None]
+            lane.caught_up = got.caught_up
+        return time.perf_counter() - t0
+
+    def release(self, seq: int) -> None:
+        self._of.pop(seq, None)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def _build_batch(setup: BatchSetup) -> CrossBatch | None:
+    if setup.draft is None or not setup.draft.foreign_tokenizer:
+        return None
+    return CrossBatch(setup)
 
 
 # ---------------------------------------------------------------------- the kind
@@ -403,8 +466,6 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(untimed_rank=2),
-    # (Its look-behind window and the texts it keeps in step are one sequence's; the draft
-    # model's batched steps would serve it, its re-encoding per sequence is to write.)
-    batching=Batching(why_not="its text in both tokenizers is kept for one sequence"),
+    batching=Batching(build=_build_batch),
     across_tokenizers=True,
 )

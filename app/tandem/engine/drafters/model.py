@@ -17,9 +17,10 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from ..sampling import Dist, NonFiniteLogits, SamplerSettings
 from . import Proposal, draw
@@ -39,9 +40,36 @@ from .spec import (
 )
 
 if TYPE_CHECKING:
+    from ..errors import GenerationError
     from ..llama.model import LoadedModel
 
 KIND = "model"
+
+
+class DraftLM(Protocol):
+    """What drafting uses of a draft model: a LoadedModel, or one sequence of a batched one
+    (llama/sequences.OneSequence)."""
+
+    n_ctx: int
+    n_vocab: int
+
+    @property
+    def cached(self) -> list[int]: ...
+    def keep_prefix_of(self, tokens: Sequence[int]) -> int: ...
+    def truncate(self, n: int, *, replay: bool = True) -> None: ...
+    def checkpoint(self, slot: str = "round") -> None: ...
+    def decode(
+        self,
+        tokens: Sequence[int],
+        outputs: Literal["none", "last", "all"] = "last",
+        *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> npt.NDArray[np.float32] | None: ...
+    def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]: ...
+    def is_eog(self, token: int) -> bool: ...
+    def piece(self, token: int) -> bytes: ...
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+    def non_finite(self, position: int) -> GenerationError: ...
 
 
 class ModelDrafter(DrafterBase):
@@ -49,7 +77,7 @@ class ModelDrafter(DrafterBase):
 
     def __init__(
         self,
-        model: LoadedModel,
+        model: DraftLM,
         sampler: SamplerSettings,
         rng: random.Random,
         p_min: float,

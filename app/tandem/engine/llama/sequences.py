@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -182,3 +182,69 @@ class SeqContext:
             return [None] * len(pieces)
         view = self.model.output_rows(rows)  # (its getter waits for the computation)
         return [None if span is None else view[span[0] : span[1]] for span in spans]
+
+
+class OneSequence:
+    """One sequence of a SeqContext as a drafter sees a draft model of its own (LoadedModel's
+    calls that drafting uses): for a kind that drafts for several sequences one after another
+    (drafters/cross.py), each sequence's decodes alone. A recurrent state is not kept here:
+    the batched engine takes no recurrent model."""
+
+    def __init__(self, ctx: SeqContext, seq: int, record: Callable[[int, float], None]) -> None:
+        self.ctx = ctx
+        self.seq = seq
+        self.record = record  # (tokens, seconds) of each decode that gives a row
+        model = ctx.model
+        self.path = model.path
+        self.n_ctx = ctx.n_ctx
+        self.n_vocab = model.n_vocab
+        self.piece = model.piece
+        self.tokenize = model.tokenize
+        self.token_text = model.token_text
+        self.is_eog = model.is_eog
+        self.non_finite = model.non_finite
+
+    @property
+    def cached(self) -> list[int]:
+        return self.ctx.cached[self.seq]
+
+    def keep_prefix_of(self, tokens: Sequence[int]) -> int:
+        """Keep the longest cached prefix of `tokens`; its length."""
+        n = self.ctx.common_prefix(self.seq, tokens)
+        self.ctx.keep(self.seq, n)
+        return n
+
+    def truncate(self, n: int, *, replay: bool = True) -> None:
+        self.ctx.keep(self.seq, n)
+
+    def checkpoint(self, slot: str = "round") -> None:
+        """Nothing to keep: a KV cache is cut back, not restored (see the class)."""
+
+    def decode(
+        self,
+        tokens: Sequence[int],
+        outputs: Literal["none", "last", "all"] = "last",
+        *,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> npt.NDArray[np.float32] | None:
+        """Append tokens (the micro-batch's worth at a time); the last token's row for "last"
+        (a drafter's step: "all" is not asked of a draft)."""
+        ctx, seq = self.ctx, self.seq
+        if outputs == "none":
+            ctx.prefill([Piece(seq, tokens, "none")])
+            return None
+        cut = max(0, len(tokens) - ctx.capacity)  # (what one decode cannot hold goes first)
+        if cut:
+            ctx.prefill([Piece(seq, tokens[:cut], "none")])
+        t0 = time.perf_counter()
+        row = ctx.decode([Piece(seq, tokens[cut:], "last")])[0]
+        self.record(len(tokens) - cut, time.perf_counter() - t0)
+        return row
+
+    def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]:
+        row = self.decode(tokens, "last")
+        assert row is not None
+        best = int(row[0].argmax())
+        if not np.isfinite(row[0, best]):  # (NaN and +inf win an argmax)
+            raise self.non_finite(len(self.cached) - 1)
+        return [best]
