@@ -23,7 +23,7 @@ keeps what it learnt across requests while each `tandem run` starts afresh), --t
     .venv/bin/python scripts/serve_bench.py clients [--pair smollm2|qwen|smollm2,qwen]
         [--clients 1,2,4,8] [--runs 2] [-n 64] [--requests 2]
         [--servers tandem,tandem-baseline,llama,llama-md] [--threads 2] [--slot-ctx 2048]
-        [--llama-draft-max 8] [--spin S] [--json OUT]
+        [--llama-draft-max 8] [--tandem-drafter KIND] [--spin S] [--json OUT]
         [--target T --draft D] [--llama-server PATH] [--gpu-layers N]
 
 Pairs: smollm2 (SmolLM2-135M F16 drafted by its Q4_1), qwen (Qwen2.5-Coder 1.5B drafted by
@@ -259,10 +259,12 @@ def _start_tandem(
     threads: int,
     ctx: int,
     gpu_layers: int | None = None,
+    drafter: str | None = None,
 ) -> Running:
     """`tandem serve` on a free port (printed on its stderr, which a thread keeps draining)."""
     global _tandem_parallel
     models = ["--target", str(target), *(["--draft", str(draft)] if draft else ["--baseline"])]
+    models += ["--drafter", drafter] if drafter and draft else []
     base = [sys.executable, "-m", "tandem.cli.main", "serve", *models]
     base += ["--threads", str(threads), "--ctx", str(ctx), "--port", "0"]
     base += ["--gpu-layers", str(gpu_layers)] if gpu_layers is not None else []
@@ -667,6 +669,7 @@ def clients_main(argv: list[str]) -> None:
         help="default: tandem serve as started without --parallel (up to 8 at once); n: --parallel N",
     )
     parser.add_argument("--slot-ctx", type=int, default=2048, help="context per client (llama-server's slot)")
+    parser.add_argument("--tandem-drafter", help="tandem serve's --drafter (default: its own, auto)")
     parser.add_argument("--llama-draft-max", type=int, default=8, help="llama-md's --spec-draft-n-max")
     parser.add_argument(
         "--spin",
@@ -729,7 +732,14 @@ def clients_main(argv: list[str]) -> None:
                             dr = draft if name == "tandem" else None
                             asked = n if args.tandem_parallel == "n" else None
                             server = _start_tandem(
-                                name, target, dr, asked, args.threads, ctx, args.gpu_layers
+                                name,
+                                target,
+                                dr,
+                                asked,
+                                args.threads,
+                                ctx,
+                                args.gpu_layers,
+                                args.tandem_drafter,
                             )
                         else:
                             if llama_binary is None:

@@ -43,6 +43,37 @@ def test_a_single_message_larger_than_the_context_is_refused(smollm2_pair: Model
         smollm2_pair.chat_prompt_fitting([huge], reserve=64)
 
 
+def test_a_pasted_book_in_a_chat_is_refused_by_its_length_before_any_tokenizing(
+    smollm2_pair: ModelPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's chat (turns dropped to fit): a message longer than the context can hold by its
+    characters alone is refused without tokenizing it, nor the conversation, once per cut tried
+    (it tokenized 20 MB several times over: minutes of a frozen answer); older turns that do
+    not fit that way are dropped as before."""
+    import tandem.engine.text.prompting as prompting
+
+    book = "All work and no play makes Jack a dull boy. " * 450_000  # (19.8 million characters)
+    earlier = [
+        ChatMessage("user", book),
+        ChatMessage("assistant", "That is long."),
+        ChatMessage("user", "Hi"),
+    ]
+    tokenized: list[int] = []
+    real = prompting.tokenize_pieces
+
+    def counting(model: object, pieces: list[str | int], **kw: object) -> list[int]:
+        tokenized.append(sum(len(p) for p in pieces if isinstance(p, str)))
+        return real(model, pieces, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(prompting, "tokenize_pieces", counting)
+    with pytest.raises(ContextOverflowError, match=r"the message has 19,800,000 characters.*shorten it"):
+        smollm2_pair.chat_prompt_fitting([ChatMessage("user", book)], reserve=64)
+    assert tokenized == []
+    tokens, dropped = smollm2_pair.chat_prompt_fitting(earlier, reserve=64)
+    assert dropped == 2 and len(tokens) < 64
+    assert max(tokenized) < 1000  # (only what fits was tokenized)
+
+
 def test_conversation_that_fits_is_untouched(smollm2_pair: ModelPair) -> None:
     msgs = [
         ChatMessage("user", "Hi"),

@@ -92,13 +92,13 @@ class Prompting:
         longest text one token stands for. More cannot fit, whatever the text."""
         return self.context_size * self.special_tokens.longest
 
-    def _check_chars(self, text: str) -> None:
-        """Refuse, before any tokenizing, a text that cannot fit the context."""
-        if len(text) > self.max_prompt_chars:
+    def _check_chars(self, chars: int, what: str = "the prompt", option: str = " (--ctx)") -> None:
+        """Refuse, before any tokenizing, a text of `chars` characters that cannot fit the context."""
+        if chars > self.max_prompt_chars:
             raise ContextOverflowError(
-                f"the prompt has {len(text):,} characters, more than the context of "
+                f"{what} has {chars:,} characters, more than the context of "
                 f"{self.context_size:,} tokens can hold (a token stands for at most "
-                f"{self.special_tokens.longest} characters): shorten it or use a larger context (--ctx)"
+                f"{self.special_tokens.longest} characters): shorten it or use a larger context{option}"
             )
 
     def _check_pieces(self, pieces: Sequence[str | int]) -> None:
@@ -171,7 +171,7 @@ class Prompting:
         )
         text = rendered.text
         if within_context:
-            self._check_chars(text)
+            self._check_chars(len(text))
         _check_unicode(self.target, text)
         specials = self.special_tokens
         spans: list[tuple[int, int]] = []
@@ -221,8 +221,17 @@ class Prompting:
         msgs = list(messages)
         system = msgs[:1] if msgs and msgs[0].role == "system" else []
         turns = msgs[len(system) :]
-        whole = self._render(template, [*system, *turns], extra, split=False, cancel=cancel)
-        if len(whole.tokens) <= limit:
+
+        def render(kept: list[ChatMessage]) -> ChatPrompt | None:
+            # (A text too long for the context by its characters alone is not tokenized: a
+            # pasted book would take minutes, once per cut tried.)
+            try:
+                return self._render(template, kept, extra, split=False, cancel=cancel, within_context=True)
+            except ContextOverflowError:
+                return None
+
+        whole = render([*system, *turns])
+        if whole is not None and len(whole.tokens) <= limit:
             return self._split(template, whole, [*system, *turns], extra)
         # Cut points: where a user turn starts (so a reply never loses its question), and the
         # last message. Dropping more only shortens the prompt: binary-search the smallest cut.
@@ -233,15 +242,15 @@ class Prompting:
         best: ChatPrompt | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = self._render(
-                template, [*system, *turns[cuts[mid] :]], extra, split=False, cancel=cancel
-            )
-            if len(candidate.tokens) <= limit:
+            candidate = render([*system, *turns[cuts[mid] :]])
+            if candidate is not None and len(candidate.tokens) <= limit:
                 best, hi = replace(candidate, dropped=cuts[mid]), mid - 1
             else:
                 lo = mid + 1
         if best is None:
-            need = len(self._render(template, [*system, turns[-1]], extra, split=False, cancel=cancel).tokens)
+            last = [*system, turns[-1]]
+            self._check_chars(sum(len(m.content) for m in last), "the message", "")
+            need = len(self._render(template, last, extra, split=False, cancel=cancel).tokens)
             raise ContextOverflowError(
                 f"the message needs {need:,} tokens but the context holds {self.context_size:,} "
                 f"(with {reserve:,} kept for the answer): shorten it, or use a larger context"
@@ -259,7 +268,7 @@ class Prompting:
         """`text` as tokens, special-token texts included as plain text. `within_context`: as
         for chat_prompt."""
         if within_context:
-            self._check_chars(text)
+            self._check_chars(len(text))
         _check_unicode(self.target, text)
         pieces = self.special_tokens.split(text, [(0, len(text))])  # all of it content
         if within_context:
