@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import model_files
 from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, TINY_CATALOG, install_catalog, mtp_target
+from cli_child import tandem
 from hub_server import FakeHub
 from tandem.catalog import load_catalog
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.main import main
 from tandem.engine import TandemError
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real command in a child process, with this test's environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "tandem.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_pairs_json_lists_every_pair_with_repos_and_files(hf_env: Path, capsys: pytest.CaptureFixture[str]):

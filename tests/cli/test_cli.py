@@ -6,21 +6,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import model_files
+from cli_child import ROOT, TANDEM, tandem
 from tandem.cli.main import main
-
-TANDEM = [sys.executable, "-m", "tandem.cli.main"]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def tandem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TANDEM, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def test_run_json_contract(smollm2_f16: Path, smollm2_q4_1: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,24 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from cli_child import ROOT, tandem
 from tandem.engine import MAX_STOPS, TandemError, check_stops
 from tandem.engine.llama.threads import usable_cpus
 from tandem.engine.sampling import SamplerSettings
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--threads", "1", "--ctx", "512"]
-
-
-def tandem(*args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tandem.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        **kw,  # type: ignore[call-overload]
-    )
 
 
 # Runs argv[2:] and writes its peak resident memory (KiB) to argv[1]; exits with its code.

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import model_files
+from cli_child import tandem
 from run_helpers import run
 from tandem.engine import GenerationError, LoadOptions, ModelPair, TandemError
 from tandem.session.choices import Choices
@@ -19,7 +19,6 @@ from tandem.session.choices import Choices
 # In the GPU lane too (gpu_lane.py): where non-finite logits really happen.
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
 # The checked greedy path (the one a GPU takes) is forced with greedy_in_graph=False.
 CHECKED = LoadOptions(n_ctx=512, n_threads=1, greedy_in_graph=False)
 
@@ -75,8 +74,7 @@ def test_greedy_in_the_graph_checks_the_winning_logit(poisoned: Path, tiny_targe
 
 
 def tandem_run(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "tandem.cli.main", "run", *args, "hi"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return tandem("run", *args, "hi")
 
 
 def test_the_cli_reports_non_finite_logits_in_one_line(poisoned: Path) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import model_files
 from catalogs import TINY_CATALOG
+from cli_child import ROOT, tandem
 from source_tree import parse
 from tandem.catalog.spec import load_catalog
 from tandem.cli.main import build_parser
@@ -23,13 +22,6 @@ from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K
 from tandem.session.choices import Choices, generation_config, load_options
 from tandem.session.prompts import FittingChatPrompt, pair_notes, text_prompt, transcript
 from tandem.ui.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[2]
-TANDEM = [sys.executable, "-m", "tandem.cli.main"]
-
-
-def tandem(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TANDEM, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 # ---------------------------------------------------------------------- one prompt rule
