@@ -14,7 +14,7 @@ import pytest
 
 import gguf_edit
 import model_files
-import tandem.engine.decoding.batch as batch_module  # where a sequence's verification lives
+import tandem.engine.decoding.round as round_module  # the acceptance both engines verify with
 from batch_helpers import Asked, fresh, run, running, submit
 from sampling_law import chi_square_p, exact_joint
 from tandem.engine import (
@@ -286,6 +286,6 @@ def test_the_law_test_catches_a_broken_verification(
     tiny_parallel: BatchEngine, sampling_pair: ModelPair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every draft accepted (verification skipped) the same test fails."""
-    monkeypatch.setattr(batch_module, "accept_draft", lambda p, q, token, rng: True)
+    monkeypatch.setattr(round_module, "accept_draft", lambda p, q, token, rng: True)
     p, _ = law_p(tiny_parallel, sampling_pair)
     assert p < 1e-3, p

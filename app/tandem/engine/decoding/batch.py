@@ -43,10 +43,11 @@ from ..llama import exact
 from ..llama.exact import ExactPlan
 from ..llama.model import GOVERNOR, LoadedModel
 from ..llama.sequences import Piece, SeqContext
-from ..sampling import NonFiniteLogits, accept_draft, distribution, residual
+from ..sampling import NonFiniteLogits
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Bid, Want, pick
 from .inbox import Inbox
+from .round import accept_greedy, accept_sampled
 
 # Prompts are read while other sequences decode: one with at most WHOLE_PROMPT tokens to read
 # is read whole in a round (a chat's new turn: in pieces, each round would pay for them again),
@@ -487,24 +488,12 @@ class BatchEngine:
             if sampler.greedy:
                 best = logits.argmax(axis=1)
                 for row in range(k + 1):
-                    if not np.isfinite(logits[row, best[row]]):
+                    if not np.isfinite(logits[row, best[row]]):  # (NaN and +inf win an argmax)
                         raise NonFiniteLogits("NaN or infinite logits")
-                accepted = 0
-                while accepted < k and drafts[accepted] == best[accepted]:
-                    accepted += 1
-                own = int(best[accepted])
+                accepted, own = accept_greedy(drafts, best)
             else:
-                accepted, own = k, -1
-                for j in range(k):
-                    assert lane is not None
-                    p = distribution(logits[j], sampler)
-                    q = lane.qs[j]
-                    assert q is not None
-                    if not accept_draft(p, q, drafts[j], s.rng):
-                        accepted, own = j, residual(p, q).sample(s.rng)
-                        break
-                if own < 0:
-                    own = distribution(logits[k], sampler).sample(s.rng)
+                qs = lane.qs if lane is not None else []
+                accepted, own = accept_sampled(logits, drafts, qs, sampler, s.rng)
         except NonFiniteLogits:
             self._release(s)
             s.req.fail(self.target.non_finite(len(s.history)))

@@ -25,8 +25,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from ..drafters import Proposal
 from ..drafters.spec import Drafter
@@ -114,13 +118,35 @@ def verify(
     settings, which is what makes the result exactly a sample of the target's distribution."""
     k = len(drafts)
     if sampler.greedy:
-        best = target.decode_greedy([last, *drafts], "all")
-        accepted = 0
-        while accepted < k and drafts[accepted] == best[accepted]:
-            accepted += 1
-        return accepted, best[accepted]
+        return accept_greedy(drafts, target.decode_greedy([last, *drafts], "all"))
     logits = target.decode([last, *drafts], "all")
     assert logits is not None
+    try:
+        return accept_sampled(logits, drafts, qs, sampler, rng)
+    except NonFiniteLogits as exc:
+        row = exc.args[1] if len(exc.args) > 1 else k
+        raise target.non_finite(len(target.cached) - k - 1 + row) from None
+
+
+def accept_greedy(drafts: Sequence[int], best: Sequence[int]) -> tuple[int, int]:
+    """Greedy acceptance over the target's argmax of each row (`best`, K + 1 of them): the
+    drafts accepted (the longest prefix it agrees with) and its own next token."""
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == best[accepted]:
+        accepted += 1
+    return accepted, int(best[accepted])
+
+
+def accept_sampled(
+    logits: npt.NDArray[np.float32],
+    drafts: Sequence[int],
+    qs: Sequence[Dist | None],
+    sampler: SamplerSettings,
+    rng: random.Random,
+) -> tuple[int, int]:
+    """Rejection sampling over the target's K + 1 rows of logits: the drafts accepted and its
+    own next token (see verify). NonFiniteLogits(message, row) for a row it cannot use."""
+    k = len(drafts)
     j = 0
     try:
         for j in range(k):
@@ -131,5 +157,5 @@ def verify(
                 return j, residual(p, q).sample(rng)
         j = k
         return k, distribution(logits[k], sampler).sample(rng)
-    except NonFiniteLogits:
-        raise target.non_finite(len(target.cached) - k - 1 + j) from None
+    except NonFiniteLogits as exc:
+        raise NonFiniteLogits(str(exc), j) from None
