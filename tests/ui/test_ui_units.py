@@ -150,11 +150,11 @@ def test_event_buffer_wakes_once_per_drain() -> None:
     wakes: list[int] = []
     buf = EventBuffer(lambda: wakes.append(1))
     for i in range(100):
-        buf.push(TokenEvent(i, "x", Origin.DRAFT))
+        buf.push_event(TokenEvent(i, "x", Origin.DRAFT))
     assert len(wakes) == 1
     items = buf.drain()
     assert [ev.id for _, ev in items if isinstance(ev, TokenEvent)] == list(range(100))
-    buf.push(TokenEvent(0, "y", Origin.TARGET))
+    buf.push_event(TokenEvent(0, "y", Origin.TARGET))
     assert len(wakes) == 2
 
 
@@ -165,7 +165,7 @@ def test_event_buffer_from_a_thread_loses_nothing() -> None:
 
     def produce() -> None:
         for i in range(20000):
-            buf.push(TokenEvent(i, "", Origin.DRAFT))
+            buf.push_event(TokenEvent(i, "", Origin.DRAFT))
 
     t = threading.Thread(target=produce)
     t.start()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from tandem.engine import DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
+from tandem.session.handoff import Handoff
 
 from .errors import ApiError
 from .stopping import Stopping
@@ -60,28 +61,25 @@ _END = object()
 
 
 class Mailbox:
-    """What the engine's thread hands the event loop, with one wakeup for all a round sends:
-    every `call_soon_threadsafe` costs a self-pipe write and a wakeup of the loop, a syscall
-    each, and a round emits to every sequence."""
+    """What the engine's thread hands the event loop: calls, run on the loop in order, with one
+    wakeup for all a round sends (session/handoff.py: every `call_soon_threadsafe` costs a
+    self-pipe write and a wakeup of the loop, a syscall each, and a round emits to every
+    sequence)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._lock = threading.Lock()
-        self._calls: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+        self._box: Handoff[tuple[Callable[..., object], tuple[object, ...]]] = Handoff(self._wake)
+
+    def _wake(self) -> None:
+        # (nothing to do once the loop has closed: the server stopped, nobody waits)
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._run)
 
     def post(self, fn: Callable[..., object], *args: object) -> None:
-        with self._lock:
-            first = not self._calls
-            self._calls.append((fn, args))
-        if first:
-            # (nothing to do once the loop has closed: the server stopped, nobody waits)
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self._run)
+        self._box.push((fn, args))
 
     def _run(self) -> None:
-        with self._lock:
-            calls, self._calls = self._calls, []
-        for fn, args in calls:
+        for fn, args in self._box.drain():
             try:
                 fn(*args)
             except Exception as exc:  # (as the loop treats a failing callback: logged, not fatal)

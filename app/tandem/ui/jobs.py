@@ -3,9 +3,10 @@
 * `LoadedPair` is a loaded ModelPair plus the lock that keeps one engine job at a time
   (a generation, a demo run): llama.cpp contexts are not shareable.
 * `GenerationJob` runs one generation in a worker thread and hands its events to the UI
-  through an `EventBuffer`: the engine thread only appends (about a microsecond per event)
-  and pokes the UI when the buffer goes from empty to non-empty, so the engine never waits
-  for the screen; the UI drains the buffer at most once per frame and draws a whole batch.
+  through an `EventBuffer` (session/handoff.py, as the server's events reach its loop): the
+  engine thread only appends (about a microsecond per event) and pokes the UI when the buffer
+  goes from empty to non-empty, so the engine never waits for the screen; the UI drains the
+  buffer at most once per frame and draws a whole batch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tandem.engine import ChatPrompt, Event, GenerationConfig, TandemError
+from tandem.session.handoff import Handoff
 from tandem.session.prompts import with_reasoning
 from tandem.session.refs import PairRef
 
@@ -56,28 +58,12 @@ class JobFailed:
 Item = tuple[float, Event | JobFailed]  # (perf_counter when the engine produced it, what)
 
 
-class EventBuffer:
-    """Engine thread -> UI thread hand-off: append from one side, drain from the other."""
+class EventBuffer(Handoff[Item]):
+    """Engine thread -> UI thread hand-off (session/handoff.py), each item stamped with when the
+    engine produced it."""
 
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self._lock = threading.Lock()
-        self._items: list[Item] = []
-        self._wake_pending = False
-        self._wake = wake
-
-    def push(self, item: Event | JobFailed) -> None:
-        with self._lock:
-            self._items.append((time.perf_counter(), item))
-            if self._wake_pending:
-                return
-            self._wake_pending = True
-        self._wake()  # once per drain at most: the UI coalesces everything that follows
-
-    def drain(self) -> list[Item]:
-        with self._lock:
-            items, self._items = self._items, []
-            self._wake_pending = False
-        return items
+    def push_event(self, item: Event | JobFailed) -> None:
+        self.push((time.perf_counter(), item))
 
 
 class GenerationJob:
@@ -111,7 +97,7 @@ class GenerationJob:
             with self.loaded.lock:
                 if self.loaded.closed:
                     raise TandemError("the model pair was unloaded; load a pair to continue")
-                push = self.buffer.push
+                push = self.buffer.push_event
                 self.prompt = prompt = self.build_prompt(self.loaded.pair)
                 self.prompt_tokens = list(prompt.tokens)
                 # A thinking model's answer is split as its template frames the reasoning.
@@ -121,6 +107,6 @@ class GenerationJob:
                 ):
                     push(ev)
         except Exception as exc:  # the chat must always learn that the answer ended
-            self.buffer.push(JobFailed(failure_text(exc)))
+            self.buffer.push_event(JobFailed(failure_text(exc)))
         finally:
             self.finished.set()
