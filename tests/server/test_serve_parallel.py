@@ -59,6 +59,9 @@ def test_six_clients_on_four_sequences_get_the_target_s_answers(
             {"messages": [{"role": "user", "content": "hi"}], "exact": True, "max_tokens": 4},
         )
         assert status == 400 and "parallel sequences" in body["error"]["message"]
+        # The kinds it drafts with are those of the batched engine (what it says it offers).
+        status, models = request(served, "GET", "/v1/models")
+        assert status == 200 and models["data"][0]["tandem"]["drafters"] == ["model", "lookup"]
 
 
 def test_past_the_sequences_and_the_queue_a_429_says_so(pair4: ModelPair) -> None:

@@ -14,7 +14,7 @@ from fastapi import Request, Response
 
 from tandem.engine import BatchEngine, ChatTemplateError, ContextOverflowError, ReasoningSplit, TandemError
 from tandem.session.choices import Choices, generation_config
-from tandem.session.drafting import drafts_itself, offered
+from tandem.session.drafting import drafts_itself
 from tandem.session.serial import SerialEngine
 
 from .chunks import Answer, Kind
@@ -97,7 +97,9 @@ class Served:
                 # Whether the target's own draft heads (multi-token prediction) are loaded: the
                 # mtp drafter (and auto) draft with them.
                 "draft_heads": drafts_itself(pair),
-                "drafters": offered(pair),  # the kinds it can draft with (auto ranks them)
+                # The kinds its engine drafts with (auto ranks them): with several sequences,
+                # those that draft for several.
+                "drafters": self.slot.engine.kinds,
                 "drafter": settings.choices.drafter if settings.speculative else "",
                 "speculative": settings.speculative,
                 "context": pair.context_size,

@@ -40,6 +40,9 @@ class Engine(Protocol):
     n_seq: int
     ready: threading.Event  # set once it takes requests (the batched engine times its decodes first)
 
+    @property
+    def kinds(self) -> list[str]: ...  # the drafter kinds it drafts with
+
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig: ...
     def submit(self, req: SeqRequest) -> None: ...
     def withdraw(self, req: SeqRequest) -> bool: ...

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..engine import DoneEvent, Event, GenerationConfig, PrefillEvent, RoundEvent, TandemError
 from ..engine.decoding.inbox import Inbox
+from .drafting import offered
 
 if TYPE_CHECKING:
     from ..engine import ModelPair, SeqRequest
@@ -30,6 +31,11 @@ class SerialEngine:
         self._group: str | None = None  # whose tokens the pair's caches hold (SeqRequest.cache_group)
         self.ready = threading.Event()  # (nothing to measure first)
         self.ready.set()
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds the pair drafts with: every kind it offers."""
+        return offered(self.pair)
 
     def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig:
         """Every config one sequence can run (ModelPair.check_request says what it cannot)."""
