@@ -23,7 +23,7 @@ keeps what it learnt across requests while each `tandem run` starts afresh), --t
     .venv/bin/python scripts/serve_bench.py clients [--pair smollm2|qwen|smollm2,qwen]
         [--clients 1,2,4,8] [--runs 2] [-n 64] [--requests 2]
         [--servers tandem,tandem-baseline,llama,llama-md] [--threads 2] [--slot-ctx 2048]
-        [--llama-draft-max 8] [--tandem-drafter KIND] [--spin S] [--json OUT]
+        [--llama-draft-max 8] [--tandem-drafter KIND] [--tandem-arg=ARG ...] [--spin S] [--json OUT]
         [--target T --draft D] [--llama-server PATH] [--gpu-layers N]
 
 Pairs: smollm2 (SmolLM2-135M F16 drafted by its Q4_1), qwen (Qwen2.5-Coder 1.5B drafted by
@@ -76,6 +76,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,11 +261,13 @@ def _start_tandem(
     ctx: int,
     gpu_layers: int | None = None,
     drafter: str | None = None,
+    extra: Sequence[str] = (),
 ) -> Running:
     """`tandem serve` on a free port (printed on its stderr, which a thread keeps draining)."""
     global _tandem_parallel
     models = ["--target", str(target), *(["--draft", str(draft)] if draft else ["--baseline"])]
     models += ["--drafter", drafter] if drafter and draft else []
+    models += list(extra)
     base = [sys.executable, "-m", "tandem.cli.main", "serve", *models]
     base += ["--threads", str(threads), "--ctx", str(ctx), "--port", "0"]
     base += ["--gpu-layers", str(gpu_layers)] if gpu_layers is not None else []
@@ -670,6 +673,9 @@ def clients_main(argv: list[str]) -> None:
     )
     parser.add_argument("--slot-ctx", type=int, default=2048, help="context per client (llama-server's slot)")
     parser.add_argument("--tandem-drafter", help="tandem serve's --drafter (default: its own, auto)")
+    parser.add_argument(
+        "--tandem-arg", action="append", default=[], help="one more argument to tandem serve (repeatable)"
+    )
     parser.add_argument("--llama-draft-max", type=int, default=8, help="llama-md's --spec-draft-n-max")
     parser.add_argument(
         "--spin",
@@ -740,6 +746,7 @@ def clients_main(argv: list[str]) -> None:
                                 ctx,
                                 args.gpu_layers,
                                 args.tandem_drafter,
+                                args.tandem_arg,
                             )
                         else:
                             if llama_binary is None:
