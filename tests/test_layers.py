@@ -67,25 +67,30 @@ def imports(source: str, module: str, *, is_package: bool = False) -> Iterator[t
     """(what `module` imports, the line) for every import in `source`: names inside PACKAGE as
     paths within it (`session.pairs`; "" for the package itself), others as written
     (`textual.app`)."""
-    here = module.split(".") if module else []
-    package = here if is_package else here[:-1]
     for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield _inside(alias.name), node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: from the module's package, one level up per extra dot
-                up = len(package) - (node.level - 1)
-                if up < 0:
-                    raise ValueError(f"{module}: a relative import above {PACKAGE}")
-                target = ".".join([*package[:up], *([node.module] if node.module else [])])
-            else:
-                target = _inside(node.module or "")
+            target = from_target(node, module, is_package=is_package)
             if target == "":  # `from tandem import session` / `from .. import session`: submodules
                 for alias in node.names:
                     yield alias.name, node.lineno
             else:
                 yield target, node.lineno
+
+
+def from_target(node: ast.ImportFrom, module: str, *, is_package: bool = False) -> str:
+    """What `from X import ...` in `module` imports from, as `imports` names it (relative:
+    from the module's package, one level up per extra dot)."""
+    if not node.level:
+        return _inside(node.module or "")
+    here = module.split(".") if module else []
+    package = here if is_package else here[:-1]
+    up = len(package) - (node.level - 1)
+    if up < 0:
+        raise ValueError(f"{module}: a relative import above {PACKAGE}")
+    return ".".join([*package[:up], *([node.module] if node.module else [])])
 
 
 def _inside(name: str) -> str:
@@ -277,17 +282,10 @@ def kind_modules_imported(source: str, module: str, drafters: Path, *, is_packag
     """The modules of engine/drafters/ (relative to it: `lookup`, `heads.mtp`) that `module`
     imports beyond DRAFTERS_SHARED, as `module:line drafters.X`."""
     found = []
-    here = module.split(".")
-    package = here if is_package else here[:-1]
     for node in ast.walk(parse(source)):
         if not isinstance(node, ast.ImportFrom):
             continue
-        if node.level:
-            target = ".".join(
-                [*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])]
-            )
-        else:
-            target = _inside(node.module or "")
+        target = from_target(node, module, is_package=is_package)
         if target != "engine.drafters" and not target.startswith("engine.drafters."):
             continue
         sub = target.removeprefix("engine.drafters").lstrip(".")

@@ -443,24 +443,23 @@ class BatchEngine:
                 bids = [(p, o) for p in s.proposers if (o := p.offer(s.seq, s.history, k_max)) is not None]
             adaptive = config.drafts_adaptively
             i = pick([Bid(s.alpha[p.kind], o.k_max, p.free) for p, o in bids], k_max, adaptive)
-            offer = None
-            if i >= 0:
-                s.proposer, offer = bids[i]
+            if i < 0:
+                offers.append(None)
+                wants.append(Want(0.0, 0, False, None if adaptive else 0))
+                continue
+            proposer, offer = bids[i]
+            s.proposer = proposer
             offers.append(offer)
-            k = offer.k_max if offer is not None else 0
             # (A fixed K, a seeded sampling run's, is taken as it is.)
-            fixed = None if config.drafts_adaptively else k
-            alpha = s.alpha[s.proposer.kind] if s.proposer is not None else 0.0
-            proposer = s.proposer
-            stepped = proposer is not None and not proposer.free
-            alone = proposer is not None and not proposer.shares_steps
-            wants.append(Want(alpha, k, stepped, fixed, offer.lag if offer is not None else 1, alone))
+            fixed = None if adaptive else offer.k_max
+            stepped, alone = not proposer.free, not proposer.shares_steps
+            wants.append(Want(s.alpha[proposer.kind], offer.k_max, stepped, fixed, offer.lag, alone))
         ks = self.costs.choose(wants, other_tokens)
-        for s, k, offer in zip(decoding, ks, offers, strict=True):
-            if k == 0 or offer is None:
+        for s, k, given in zip(decoding, ks, offers, strict=True):
+            if k == 0 or given is None:
                 s.no_drafts()
                 continue
-            s.lane = Lane(s.seq, s.history, s.req.config, s.rng, offer, k)
+            s.lane = Lane(s.seq, s.history, s.req.config, s.rng, given, k)
 
     def _draft(self, decoding: list[_Seq]) -> dict[int, float]:
         """Every proposer drafts for the sequences it was given, at once; the seconds each

@@ -173,7 +173,7 @@ def measure_costs(
             first, *rest = steps(draft, 4)
             times["d1"].append(first)
             times["d"] += rest
-        times["l"].append(registry.time_free_search(target.n_vocab, list(base[id(target)]), largest))
+        times["l"].append(registry.time_free_search(target.n_vocab, base[id(target)], largest))
         for n in batch_sizes:
             times[f"v{n}"].append(timed(target, n))
             if draft is not None:

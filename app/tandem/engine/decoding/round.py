@@ -123,9 +123,16 @@ def verify(
     assert logits is not None
     try:
         return accept_sampled(logits, drafts, qs, sampler, rng)
-    except NonFiniteLogits as exc:
-        row = exc.args[1] if len(exc.args) > 1 else k
-        raise target.non_finite(len(target.cached) - k - 1 + row) from None
+    except NonFiniteRow as exc:
+        raise target.non_finite(len(target.cached) - k - 1 + exc.row) from None
+
+
+class NonFiniteRow(NonFiniteLogits):
+    """NaN or infinite logits in row `row` of a verify's rows (its position follows)."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__(f"NaN or infinite logits in row {row}")
+        self.row = row
 
 
 def accept_greedy(drafts: Sequence[int], best: Sequence[int]) -> tuple[int, int]:
@@ -145,7 +152,7 @@ def accept_sampled(
     rng: random.Random,
 ) -> tuple[int, int]:
     """Rejection sampling over the target's K + 1 rows of logits: the drafts accepted and its
-    own next token (see verify). NonFiniteLogits(message, row) for a row it cannot use."""
+    own next token (see verify). NonFiniteRow for a row it cannot use."""
     k = len(drafts)
     j = 0
     try:
@@ -157,5 +164,5 @@ def accept_sampled(
                 return j, residual(p, q).sample(rng)
         j = k
         return k, distribution(logits[k], sampler).sample(rng)
-    except NonFiniteLogits as exc:
-        raise NonFiniteLogits(str(exc), j) from None
+    except NonFiniteLogits:
+        raise NonFiniteRow(j) from None

@@ -228,9 +228,7 @@ class ModelBatch(BatchProposerBase):
 
         t0 = time.perf_counter()
         ctx = self.ctx
-        going = [lane for lane in lanes if lane.k > 0]
-        if not going:
-            return 0.0
+        going = list(lanes)  # (each with K > 0: the engine gives no lane otherwise)
         # Step one: each sequence's catch-up (what its cache misses of the history), the part
         # beyond its share of the micro-batch decoded first.
         share = ctx.capacity // len(going)

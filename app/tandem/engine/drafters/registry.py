@@ -7,7 +7,7 @@ A new kind is one module with a `SPEC`, added to KINDS below (docs/architecture.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -206,7 +206,7 @@ def build(ctx: BuildContext) -> list[Drafter]:
     return pool
 
 
-def time_free_search(n_vocab: int, history: list[int], k: int) -> float:
+def time_free_search(n_vocab: int, history: Sequence[int], k: int) -> float:
     """Seconds of one search by the free kinds (prompt lookup), the slowest's."""
     timers = [s.traits.time_search for s in KINDS if s.traits.time_search is not None]
     return max((t(n_vocab, history, k) for t in timers), default=0.0)

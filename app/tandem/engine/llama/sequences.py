@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ..errors import ContextOverflowError, GenerationError
 from .llama_lib import llama_cpp
+from .prefix import common_prefix
 
 if TYPE_CHECKING:
     from .model import LoadedModel
@@ -68,12 +69,7 @@ class SeqContext:
             del self.cached[seq][n:]
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
-        cached = self.cached[seq]
-        n = min(len(cached), len(tokens))
-        i = 0
-        while i < n and cached[i] == tokens[i]:
-            i += 1
-        return i
+        return common_prefix(self.cached[seq], tokens)
 
     def time_decodes(
         self,
@@ -195,12 +191,10 @@ class OneSequence:
         self.seq = seq
         self.record = record  # (tokens, seconds) of each decode that gives a row
         model = ctx.model
-        self.path = model.path
         self.n_ctx = ctx.n_ctx
         self.n_vocab = model.n_vocab
         self.piece = model.piece
         self.tokenize = model.tokenize
-        self.token_text = model.token_text
         self.is_eog = model.is_eog
         self.non_finite = model.non_finite
 
