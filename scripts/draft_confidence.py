@@ -40,6 +40,7 @@ from tandem.bench.runner import run_once  # noqa: E402
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
 from tandem.engine.decoding.costs import MeasuredCosts  # noqa: E402
 from tandem.engine.drafters.policy import AdaptivePolicy, FixedPolicy, expected_tokens  # noqa: E402
+from tandem.session.runner import Runner  # noqa: E402
 
 EDGES = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # confidence bins: [0, .1), [.1, .2), ...
 
@@ -55,12 +56,13 @@ def record(target: Path, draft: Path, max_tokens: int) -> list[ConfTrace]:
     from tandem.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
+    runner = Runner.open(pair)  # (the generations' engine thread; the pair stays usable between them)
     assert pair.draft is not None
     cfg = GenerationConfig(max_tokens=max_tokens, sampler=SamplerSettings(temperature=0.0))
     traces = []
     for p in load_prompts([DEFAULT_PROMPTS]):
         prompt = text_prompt(pair, p.text)
-        _, answer, _ = run_once(pair, prompt, cfg, False)
+        _, answer, _ = run_once(runner, prompt, cfg, False)
         d = pair.draft
         d.reset()
         logits = d.decode(prompt, "last")
@@ -74,6 +76,7 @@ def record(target: Path, draft: Path, max_tokens: int) -> list[ConfTrace]:
             logits = d.decode([tok], "last")
         traces.append(ConfTrace(p.category, match, conf))
         print(f"recorded {p.category}: {len(answer)} tokens", file=sys.stderr)
+    runner.close()
     pair.close()
     return traces
 

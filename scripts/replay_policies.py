@@ -33,12 +33,14 @@ from tandem.bench.replay import Policy, Trace, costs_from_report, replay_all, tr
 from tandem.bench.runner import run_once  # noqa: E402
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings  # noqa: E402
 from tandem.engine.drafters.policy import AdaptivePolicy, CostModel, FixedPolicy  # noqa: E402
+from tandem.session.runner import Runner  # noqa: E402
 
 
 def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:
     from tandem.session.prompts import text_prompt
 
     pair = ModelPair.load(target, draft)
+    runner = Runner.open(pair)  # (the generations' engine thread; the pair stays usable between them)
     # Not exact: exact output caps K on some CPUs (exact.py), and a trace needs long drafts
     # (a bonus token's position is counted as agreed, so K = 2 would flatter the draft).
     base = GenerationConfig(max_tokens=max_tokens, sampler=SamplerSettings(temperature=0.0), exact=False)
@@ -48,9 +50,10 @@ def record(target: Path, draft: Path, max_tokens: int) -> list[Trace]:
         cfg = replace(base, drafter="model", adaptive=False, draft_max=k)
         for p in prompts:
             tokens = text_prompt(pair, p.text)
-            stats, _, rounds = run_once(pair, tokens, cfg, True)
+            stats, _, rounds = run_once(runner, tokens, cfg, True)
             traces.append(trace_from_rounds(p.category, rounds, stats.generated, stats.stop_reason == "eog"))
             print(f"recorded K={k} {p.category}: {stats.generated} tokens", file=sys.stderr)
+    runner.close()
     pair.close()
     return traces
 

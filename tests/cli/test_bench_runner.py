@@ -9,6 +9,7 @@ from tandem.bench.runner import BASELINE, run_bench
 from tandem.bench.settings import parse_settings
 from tandem.engine import GenerationConfig, ModelPair, SamplerSettings
 from tandem.engine.drafters.policy import CostModel
+from tandem.session.runner import Runner
 
 
 def test_each_setting_learns_alone_and_the_pair_s_record_is_untouched(smollm2_pair: ModelPair) -> None:
@@ -25,7 +26,8 @@ def test_each_setting_learns_alone_and_the_pair_s_record_is_untouched(smollm2_pa
     before = copy.deepcopy(pair.costs)
     learnt: dict[str, CostModel] = {}
 
-    records = run_bench(pair, prompts, encoded, settings, base, runs=2, learnt=learnt)
+    with Runner.open(pair) as runner:
+        records = run_bench(runner, prompts, encoded, settings, base, runs=2, learnt=learnt)
 
     assert {r.setting for r in records} == {BASELINE, "model", "auto", "model:k=3"}
     assert pair.costs == before  # a user's session record is not the bench's scratch pad

@@ -130,3 +130,17 @@ def test_argparse_s_namespace_stays_in_the_cli_s_options_module() -> None:
     assert not any(m.endswith("_cmd") for m in imported)  # no command module
     assert not {"input", "stdin"} & _names(app_dir / "cli" / "options.py")  # no terminal I/O
     assert isinstance(build_parser().parse_args([]), argparse.Namespace)
+
+
+# ---------------------------------------------------------------------- one runner
+def test_no_front_end_runs_the_engine_itself() -> None:
+    """The app, the CLI, the benchmark and the server get answers from the session's runner
+    (session/runner.py): none calls a pair's `generate` or makes an engine of its own, so each
+    gets the same queue, cancelling and failures."""
+    app_dir = ROOT / "app" / "tandem"
+    front_ends = [p for d in ("ui", "cli", "bench", "server") for p in (app_dir / d).rglob("*.py")]
+    engine_names = {"generate", "BatchEngine", "SerialEngine"}
+    running = sorted(str(p.relative_to(ROOT)) for p in front_ends if engine_names & _names(p))
+    assert running == []
+    users = {p.parent.name for p in front_ends if "Runner" in _names(p)}
+    assert users == {"ui", "cli", "bench", "server"}

@@ -23,7 +23,7 @@ from .prompts import BenchPrompt
 from .settings import BenchSetting
 
 if TYPE_CHECKING:
-    from tandem.engine import ModelPair
+    from tandem.session.runner import Runner
 
 BASELINE = "target only"
 
@@ -39,18 +39,18 @@ class RunRecord:
 
 
 def run_once(
-    pair: ModelPair,
+    runner: Runner,
     prompt: Sequence[int],
     cfg: GenerationConfig,
     speculative: bool,
     costs: CostModel | None = None,
 ) -> tuple[GenerationStats, list[int], list[RoundEvent]]:
-    out = collect(pair.generate(prompt, cfg, speculative=speculative, costs=costs))
+    out = collect(runner.stream(prompt, cfg, speculative=speculative, costs=costs))
     return out.stats, out.ids, out.rounds
 
 
 def run_bench(
-    pair: ModelPair,
+    runner: Runner,
     prompts: Sequence[BenchPrompt],
     encoded: Sequence[list[int]],
     settings: Sequence[BenchSetting],
@@ -65,9 +65,9 @@ def run_bench(
         learnt.setdefault(s.name, CostModel())
     # Warm-up: a short run of each configuration, thrown away.
     warm = min(16, baseline.max_tokens)
-    run_once(pair, encoded[0], replace(baseline, max_tokens=warm), False)
+    run_once(runner, encoded[0], replace(baseline, max_tokens=warm), False)
     for s in settings:
-        run_once(pair, encoded[0], replace(s.config, max_tokens=warm), True, learnt[s.name])
+        run_once(runner, encoded[0], replace(s.config, max_tokens=warm), True, learnt[s.name])
     records: list[RunRecord] = []
     configs: list[tuple[str, GenerationConfig, bool]] = [(BASELINE, baseline, False)]
     configs += [(s.name, s.config, True) for s in settings]
@@ -76,7 +76,7 @@ def run_bench(
         for r in range(runs):
             shift = r % len(configs)
             for name, cfg, speculative in configs[shift:] + configs[:shift]:
-                stats, ids, rounds = run_once(pair, tokens, cfg, speculative, learnt.get(name))
+                stats, ids, rounds = run_once(runner, tokens, cfg, speculative, learnt.get(name))
                 mine.append(RunRecord(i, name, r, stats, ids, rounds))
         records += mine
         if on_done is not None:

@@ -41,6 +41,7 @@ from tandem.session.drafting import exact_note
 from tandem.session.pairs import open_pair
 from tandem.session.prompts import text_prompt
 from tandem.session.refs import PairRef
+from tandem.session.runner import Runner
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -149,7 +150,8 @@ def bench(opts: BenchOptions) -> int:
                 if llama is not None:
                     llama.measure(pair.target.path)
 
-        records = run_bench(pair, prompts, encoded, settings, base, opts.runs, progress)
+        with Runner.open(pair) as runner:
+            records = run_bench(runner, prompts, encoded, settings, base, opts.runs, progress)
         meta = {
             "tandem_version": __version__,
             "machine": {

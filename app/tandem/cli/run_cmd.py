@@ -27,6 +27,7 @@ from tandem.session.prompts import (
     thinking_note,
     with_reasoning,
 )
+from tandem.session.runner import Runner
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,8 +117,8 @@ def run(opts: RunOptions) -> int:
         shown = None if choices.think is False else sys.stderr
         writer = None if opts.json else TokenWriter(sys.stdout, colour, shown)
         try:
-            with interrupt_sets(cancel):
-                out = collect(pair.generate(prompt, cfg, speculative=speculative, cancel=cancel), writer)
+            with interrupt_sets(cancel), Runner.open(pair) as runner:
+                out = collect(runner.stream(prompt, cfg, speculative=speculative, cancel=cancel), writer)
         finally:
             if writer is not None:
                 writer.flush()  # whatever was generated is shown, even if it ended in an error

@@ -66,7 +66,8 @@ from .text.chat_template import RESERVED_VARIABLES, ChatMessage, ChatTemplateErr
 from .text.prompting import ChatPrompt
 
 if TYPE_CHECKING:
-    from .decoding.batch import BatchEngine, SeqRequest
+    from .decoding.batch import BatchEngine
+    from .decoding.inbox import SeqRequest
     from .llama.model import LoadedModel
     from .pair import ModelPair
 
@@ -75,7 +76,7 @@ _LAZY = {
     "LoadedModel": ".llama.model",
     "ModelPair": ".pair",
     "BatchEngine": ".decoding.batch",
-    "SeqRequest": ".decoding.batch",
+    "SeqRequest": ".decoding.inbox",
 }
 
 

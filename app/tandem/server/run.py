@@ -134,7 +134,7 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # Ready means ready: the batched engine times its decodes before it answers (seconds),
         # and /health says ok only after; a stop signal meanwhile ends that at once.
-        await asyncio.to_thread(self._slot.engine.ready.wait)
+        await asyncio.to_thread(self._slot.runner.ready.wait)
         if self.should_exit:  # (stopped meanwhile: it never listened, nothing to shut down)
             return
         await super().startup(sockets)

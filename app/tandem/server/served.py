@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request, Response
 
-from tandem.engine import BatchEngine, ChatTemplateError, ContextOverflowError, ReasoningSplit, TandemError
+from tandem.engine import ChatTemplateError, ContextOverflowError, ReasoningSplit, TandemError
 from tandem.session.choices import Choices, generation_config
 from tandem.session.drafting import drafts_itself
-from tandem.session.serial import SerialEngine
+from tandem.session.runner import Runner
 
 from .chunks import Answer, Kind
 from .errors import ApiError, bad_request, quoted
@@ -33,26 +33,10 @@ T = TypeVar("T")
 
 
 def make_slot(pair: ModelPair, settings: ServeSettings) -> Slot:
-    """With `settings.parallel` > 1 the batched engine (engine/decoding/batch.py), which drafts
-    with the kinds that serve several sequences (the kinds it leaves out are said in the log,
-    with why; a recurrent target falls back to one at a time); with 1, the serial engine
-    (session/serial.py): one request at a time, every kind, exactly as `tandem run`."""
-    if settings.parallel == 1:
-        return Slot(pair, SerialEngine(pair), settings.max_waiting)
-    lost = BatchEngine.left_out(pair.target, pair.draft) if settings.speculative else []
-    draft = pair.draft if settings.speculative else None
-    try:
-        engine = BatchEngine(pair.target, draft)
-    except TandemError as exc:
-        log.warning("%s; answering one request at a time", exc)
-        return Slot(pair, SerialEngine(pair), settings.max_waiting)
-    if lost:
-        log.warning(
-            "parallel sequences draft with %s, not with %s (--parallel 1 keeps them)",
-            ", ".join(engine.kinds) or "nothing",
-            "; ".join(lost),
-        )
-    return Slot(pair, engine, settings.max_waiting)
+    """The runner's engine (session/runner.py) for `settings.parallel`; the kinds the batched
+    engine leaves out, and a fallback to one request at a time, said in the log."""
+    runner = Runner.open(pair, parallel=settings.parallel, speculative=settings.speculative, warn=log.warning)
+    return Slot(runner, settings.max_waiting)
 
 
 @dataclass
@@ -99,7 +83,7 @@ class Served:
                 "draft_heads": drafts_itself(pair),
                 # The kinds its engine drafts with (auto ranks them): with several sequences,
                 # those that draft for several.
-                "drafters": self.slot.engine.kinds,
+                "drafters": self.slot.runner.kinds,
                 "drafter": settings.choices.drafter if settings.speculative else "",
                 "speculative": settings.speculative,
                 "context": pair.context_size,

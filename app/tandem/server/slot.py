@@ -1,10 +1,10 @@
 """The requests a server answers, and the bounded queue in front of them: one class whatever
 `--parallel` says.
 
-An engine answers them in a thread of its own (llama.cpp releases the GIL while it computes):
-with `--parallel N` above 1 the batched engine (engine/decoding/batch.py) advances up to N
-requests a round at a time in one batch; with 1 (or a pair the batched engine cannot take) the
-serial engine (session/serial.py) answers one after another, every drafter kind as `tandem run`.
+The session's runner (session/runner.py) answers them in its engine's thread (llama.cpp
+releases the GIL while it computes): with `--parallel N` above 1 the batched engine advances up
+to N requests a round at a time in one batch; with 1 (or a pair the batched engine cannot take)
+the serial engine answers one after another, every drafter kind as `tandem run`.
 Up to `max_waiting` more requests wait in the engine's inbox (first come, first served) and start
 as sequences free up; past that a 429, which clients retry. A client that leaves while waiting
 leaves the queue (it never runs); one that leaves while answered cancels its own generation
@@ -22,33 +22,17 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from tandem.engine import DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
+from tandem.engine import DoneEvent, Event, GenerationConfig, SeqRequest
 from tandem.session.handoff import Handoff
+from tandem.session.runner import out_of_memory
 
 from .errors import ApiError
 from .stopping import Stopping
 
 if TYPE_CHECKING:
-    from tandem.engine import ModelPair
-
-
-class Engine(Protocol):
-    """What a slot drives: BatchEngine, or session.serial.SerialEngine."""
-
-    n_seq: int
-    ready: threading.Event  # set once it takes requests (the batched engine times its decodes first)
-
-    @property
-    def kinds(self) -> list[str]: ...  # the drafter kinds it drafts with
-
-    def check(self, config: GenerationConfig, speculative: bool) -> GenerationConfig: ...
-    def submit(self, req: SeqRequest) -> None: ...
-    def withdraw(self, req: SeqRequest) -> bool: ...
-    def run(self) -> None: ...
-    def stop(self) -> None: ...
-    def close(self) -> None: ...
+    from tandem.session.runner import Runner
 
 
 def shutting_down() -> ApiError:
@@ -124,10 +108,9 @@ class Generation:
 class Slot:
     """One pair, up to `n_seq` generations at once and `max_waiting` more queued."""
 
-    def __init__(self, pair: ModelPair, engine: Engine, max_waiting: int) -> None:
-        self.pair = pair
-        self.engine = engine
-        self.n_seq = engine.n_seq
+    def __init__(self, runner: Runner, max_waiting: int) -> None:
+        self.runner = runner
+        self.n_seq = runner.n_seq
         self.max_waiting = max_waiting
         self._in_flight = 0  # started and not ended (answered, or in the engine's inbox)
         self._running: dict[Generation, SeqRequest] = {}
@@ -135,8 +118,6 @@ class Slot:
         self.stopping = Stopping()  # set at shutdown
         # Answers given so far, by how they ended ("eog", "max_tokens", "cancelled"...): /health.
         self.ended: Counter[str] = Counter()
-        self._thread = threading.Thread(target=engine.run, name="tandem-engine", daemon=True)
-        self._thread.start()
 
     @property
     def busy(self) -> bool:
@@ -168,9 +149,7 @@ class Slot:
     ) -> GenerationConfig:
         """Refuse now what the engine would refuse (TandemError; ContextOverflowError for a prompt
         that does not fit), before the request waits; the config as the engine runs it."""
-        config = self.engine.check(config, speculative)
-        self.pair.check_request(prompt, config, speculative=speculative)
-        return config
+        return self.runner.check(prompt, config, speculative=speculative)
 
     def start(
         self,
@@ -194,7 +173,7 @@ class Slot:
 
         def leave(gen: Generation) -> None:  # (on the loop: the client went away)
             req = self._running.get(gen)
-            if req is not None and self.engine.withdraw(req):
+            if req is not None and self.runner.withdraw(req):
                 # It never ran (the engine will not call emit or fail): not an answer, and its
                 # place is free now.
                 gen.queue.put_nowait(_END)
@@ -217,9 +196,7 @@ class Slot:
             if finished:
                 return
             finished = True
-            if isinstance(exc, MemoryError):
-                exc = TandemError("out of memory while generating: use a smaller context (--ctx) or model")
-            post(put, _Failure(exc))
+            post(put, _Failure(out_of_memory(exc)))
             post(put, _END)
             post(end)
 
@@ -227,21 +204,19 @@ class Slot:
         self._running[gen] = req
         if self.stopping.is_set():
             gen.cancel.set()
-        self.engine.submit(req)
+        self.runner.submit(req)
         return gen
 
     def join(self) -> None:
         """Stop the engine's thread and wait for it: it may still be in llama.cpp when the server
         stops, and the models must not be closed under it (the running answers end, cancelled,
         within a round or a prompt chunk)."""
-        self.engine.stop()
-        self._thread.join()
-        self.engine.close()
+        self.runner.close()
 
     def shutdown(self) -> None:
         """Stop the running generations (within a round); refuse the waiting and new requests."""
         self.stopping.set()
-        if not self.engine.ready.is_set():  # (still timing its decodes: stop that now)
-            self.engine.stop()
+        if not self.runner.ready.is_set():  # (still timing its decodes: stop that now)
+            self.runner.stop()
         for gen in list(self._running):
             gen.cancel.set()

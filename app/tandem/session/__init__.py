@@ -1,5 +1,9 @@
-"""What every front-end does the same way: the layer under the CLI, the app and the benchmark.
+"""What every front-end does the same way: the layer under the CLI, the app, the benchmark and
+the server.
 
+    runner.py    the pair and its engine's thread: the one way any of them gets an answer
+    serial.py    the engine answering one request at a time (batched: engine/decoding/batch.py)
+    handoff.py   events from the engine's thread to a front-end's loop
     choices.py   the user's choices, a catalog pair's settings and the engine's defaults, layered
                  once into a GenerationConfig and LoadOptions
     pairs.py     which models: a catalog pair (downloaded with the front-end's consent) or files

@@ -29,6 +29,7 @@ class SerialEngine:
         self.pair = pair
         self._inbox: Inbox[SeqRequest] = Inbox()
         self._group: str | None = None  # whose tokens the pair's caches hold (SeqRequest.cache_group)
+        self._current: SeqRequest | None = None  # the request being answered
         self.ready = threading.Event()  # (nothing to measure first)
         self.ready.set()
 
@@ -49,7 +50,12 @@ class SerialEngine:
         return self._inbox.withdraw(req)
 
     def stop(self) -> None:
+        """Take no more requests; the one being answered is cancelled (it ends within a round,
+        as the batched engine's do) and those waiting are told."""
         self._inbox.stop()
+        current = self._current
+        if current is not None:
+            current.cancel.set()
 
     def close(self) -> None:
         """Nothing of its own: the pair is closed by whoever opened it."""
@@ -63,7 +69,11 @@ class SerialEngine:
                     if model is not None:
                         model.truncate(0, replay=False)
             self._group = req.cache_group
+            self._current = req
+            if self._inbox.stopped:  # (stopped while it was being taken)
+                req.cancel.set()
             _answer(self.pair, req)
+            self._current = None
         for req in self._inbox.drain():
             req.fail(TandemError("the server is shutting down"))
 
@@ -73,7 +83,10 @@ def _answer(pair: ModelPair, req: SeqRequest) -> None:
     once, not a token's); a failure goes to the request that asked."""
     try:
         batch: list[Event] = []
-        for ev in pair.generate(req.prompt, req.config, speculative=req.speculative, cancel=req.cancel):
+        events = pair.generate(
+            req.prompt, req.config, speculative=req.speculative, cancel=req.cancel, costs=req.costs
+        )
+        for ev in events:
             batch.append(ev)
             if type(ev) is RoundEvent or isinstance(ev, (PrefillEvent, DoneEvent)):
                 req.emit(batch)

@@ -1,12 +1,14 @@
-"""Engine work for the app, without any Textual: the screens run these in thread workers.
+"""Engine work for the app, without any Textual.
 
-* `LoadedPair` is a loaded ModelPair plus the lock that keeps one engine job at a time
-  (a generation, a demo run): llama.cpp contexts are not shareable.
-* `GenerationJob` runs one generation in a worker thread and hands its events to the UI
-  through an `EventBuffer` (session/handoff.py, as the server's events reach its loop): the
-  engine thread only appends (about a microsecond per event) and pokes the UI when the buffer
-  goes from empty to non-empty, so the engine never waits for the screen; the UI drains the
-  buffer at most once per frame and draws a whole batch.
+* `LoadedPair` is a loaded ModelPair plus its runner (session/runner.py): the engine's thread
+  and the queue that answers one request at a time (a chat's answer, a demo's run), as the CLI
+  and `tandem serve --parallel 1` are answered.
+* `GenerationJob` is one answer: its prompt built in a thread worker (rendering and tokenizing
+  a long chat takes time), then asked of the runner, whose engine thread hands the events to
+  the UI through an `EventBuffer` (session/handoff.py, as the server's events reach its loop):
+  the engine thread only appends (about a microsecond per event) and pokes the UI when the
+  buffer goes from empty to non-empty, so the engine never waits for the screen; the UI drains
+  the buffer at most once per frame and draws a whole batch.
 """
 
 from __future__ import annotations
@@ -17,28 +19,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tandem.engine import ChatPrompt, Event, GenerationConfig, TandemError
+from tandem.engine import ChatPrompt, DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
 from tandem.session.handoff import Handoff
 from tandem.session.prompts import with_reasoning
 from tandem.session.refs import PairRef
+from tandem.session.runner import Runner, out_of_memory
 
 if TYPE_CHECKING:
     from tandem.engine import ModelPair
 
 
 class LoadedPair:
+    """Made in the loading worker: the runner's engine thread is created there, at the normal
+    priority the UI thread gave up (priority.py)."""
+
     def __init__(self, ref: PairRef, pair: ModelPair) -> None:
         self.ref = ref
         self.pair = pair
-        self.lock = threading.Lock()  # one engine job at a time
-        self.closed = False
+        self.runner = Runner.open(pair)
+
+    @property
+    def closed(self) -> bool:
+        return self.runner.closed
 
     def close(self) -> None:
-        """Free the models once the running job (if any) has finished."""
-        with self.lock:
-            if not self.closed:
-                self.closed = True
-                self.pair.close()
+        """Cancel the running answer (it ends within a round), then free the models."""
+        if not self.runner.closed:
+            self.runner.close()
+            self.pair.close()
 
 
 def failure_text(exc: BaseException) -> str:
@@ -93,20 +101,27 @@ class GenerationJob:
         self.finished = threading.Event()
 
     def run(self) -> None:
+        """Build the prompt (in the calling worker) and ask the runner; returns once asked."""
+        runner = self.loaded.runner
         try:
-            with self.loaded.lock:
-                if self.loaded.closed:
-                    raise TandemError("the model pair was unloaded; load a pair to continue")
-                push = self.buffer.push_event
-                self.prompt = prompt = self.build_prompt(self.loaded.pair)
-                self.prompt_tokens = list(prompt.tokens)
-                # A thinking model's answer is split as its template frames the reasoning.
-                config = with_reasoning(self.config, prompt)
-                for ev in self.loaded.pair.generate(
-                    self.prompt_tokens, config, speculative=self.speculative, cancel=self.cancel
-                ):
-                    push(ev)
+            with runner.using() as pair:
+                self.prompt = prompt = self.build_prompt(pair)
+            self.prompt_tokens = list(prompt.tokens)
+            # A thinking model's answer is split as its template frames the reasoning.
+            config = with_reasoning(self.config, prompt)
+            runner.submit(
+                SeqRequest(self.prompt_tokens, config, self.speculative, self._emit, self._fail, self.cancel)
+            )
         except Exception as exc:  # the chat must always learn that the answer ended
-            self.buffer.push_event(JobFailed(failure_text(exc)))
-        finally:
+            self._fail(exc)
+
+    def _emit(self, events: list[Event]) -> None:  # (the engine's thread, a round at a time)
+        push = self.buffer.push_event
+        for ev in events:
+            push(ev)
+        if events and isinstance(events[-1], DoneEvent):
             self.finished.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.buffer.push_event(JobFailed(failure_text(out_of_memory(exc))))
+        self.finished.set()

@@ -28,7 +28,6 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -38,7 +37,7 @@ from ..config import GenerationConfig
 from ..drafters import registry
 from ..drafters.batched import BatchOffer, BatchProposer, BatchSetup, Lane
 from ..errors import TandemError
-from ..events import Event, GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
+from ..events import GenerationStats, PrefillEvent, RoundEvent, StartEvent, StopReason
 from ..llama import exact
 from ..llama.exact import ExactPlan
 from ..llama.model import GOVERNOR, LoadedModel
@@ -46,7 +45,7 @@ from ..llama.sequences import Piece, SeqContext
 from ..sampling import NonFiniteLogits
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Bid, Want, pick
-from .inbox import Inbox
+from .inbox import Inbox, SeqRequest
 from .round import accept_greedy, accept_sampled
 
 # Prompts are read while other sequences decode: one with at most WHOLE_PROMPT tokens to read
@@ -64,25 +63,6 @@ MAX_UNREAD = 64
 # (Acceptance per draft before a sequence has drafted: each proposer's prior, then an average
 # over its rounds.)
 ALPHA_KEEP = 0.9  # the weight an acceptance estimate keeps per round drafted
-
-
-@dataclass
-class SeqRequest:
-    """One answer asked of the engine. `emit` receives its events a round at a time (it must not
-    block); `unread` says how many of the batches emitted its reader has not taken yet."""
-
-    prompt: Sequence[int]
-    config: GenerationConfig
-    speculative: bool
-    emit: Callable[[list[Event]], None]
-    fail: Callable[[BaseException], None]
-    cancel: threading.Event = field(default_factory=threading.Event)
-    unread: Callable[[], int] = lambda: 0
-    # Who may reuse what this request leaves in a cache: a request reuses a cached prefix only
-    # from one of the same group (what it reuses shows in its time and `cached_tokens`, so a
-    # shared cache tells one client the beginnings of another's prompts and answers); None:
-    # it reuses nothing and leaves nothing reusable.
-    cache_group: str | None = ""
 
 
 @dataclass

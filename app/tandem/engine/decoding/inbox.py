@@ -1,13 +1,44 @@
-"""Requests waiting for an engine's thread: put and withdrawn from any thread, taken by the
-engine's loop, which waits on `wake` (put and stop notify it)."""
+"""What an engine is asked (`SeqRequest`, whichever engine answers it: the batched one or the
+serial one) and where requests wait for its thread (`Inbox`): put and withdrawn from any
+thread, taken by the engine's loop, which waits on `wake` (put and stop notify it)."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from ..config import GenerationConfig
+    from ..drafters.policy import CostModel
+    from ..events import Event
 
 T = TypeVar("T")
+
+
+@dataclass
+class SeqRequest:
+    """One answer asked of an engine. `emit` receives its events a round at a time (it must not
+    block); `unread` says how many of the batches emitted its reader has not taken yet."""
+
+    prompt: Sequence[int]
+    config: GenerationConfig
+    speculative: bool
+    emit: Callable[[list[Event]], None]
+    fail: Callable[[BaseException], None]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    unread: Callable[[], int] = lambda: 0
+    # Who may reuse what this request leaves in a cache: a request reuses a cached prefix only
+    # from one of the same group (what it reuses shows in its time and `cached_tokens`, so a
+    # shared cache tells one client the beginnings of another's prompts and answers); None:
+    # it reuses nothing and leaves nothing reusable.
+    cache_group: str | None = ""
+    # Where adaptive drafting's learning goes instead of the pair's own record (the benchmark
+    # keeps one per setting it compares); the serial engine's (the batched one learns per
+    # engine, over its sequences).
+    costs: CostModel | None = None
 
 
 class Inbox(Generic[T]):
