@@ -70,7 +70,9 @@ COMMON_ARGS = ["-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EX
 
 
 def say(msg: str) -> None:
-    print(f"[tandem install] {msg}", flush=True)
+    # (on standard error, as the build's own output: standard output carries only what
+    # --llama-wheel prints)
+    print(f"[tandem install] {msg}", file=sys.stderr, flush=True)
 
 
 def find_nvcc() -> str | None:
@@ -222,7 +224,7 @@ def venv_python(venv_dir: Path) -> Path:
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(cmd, env=env)
+    result = subprocess.run(cmd, env=env, stdout=sys.stderr)  # (see say)
     if result.returncode != 0:
         say(f"command failed (exit {result.returncode}): {' '.join(cmd)}")
         sys.exit(result.returncode)
@@ -290,12 +292,14 @@ def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, f
     return folder / built[-1].name
 
 
-def ensure_llama(py: Path, venv_dir: Path, force: bool, offline: Path | None) -> None:
+def chosen_build() -> tuple[str, list[str]]:
+    """The user's CMAKE_ARGS ("custom"), else the flavour and flags chosen for this machine."""
     user_args = os.environ.get("CMAKE_ARGS")
-    if user_args:
-        flavour, args = "custom", user_args.split()
-    else:
-        flavour, args = choose_build()
+    return ("custom", user_args.split()) if user_args else choose_build()
+
+
+def ensure_llama(py: Path, venv_dir: Path, force: bool, offline: Path | None) -> None:
+    flavour, args = chosen_build()
     wanted: dict[str, object] = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
     marker = venv_dir / MARKER_NAME
     have = installed_build(py)
@@ -345,11 +349,21 @@ def main() -> None:
         help="install into the Python running this script, no venv (a throwaway machine whose "
         "Python already has the build tools and numpy: the GPU machine, scripts/device/)",
     )
+    parser.add_argument(
+        "--llama-wheel",
+        action="store_true",
+        help="only build (or find in the cache) llama.cpp's wheel for this machine and print its "
+        "path, for installing Tandem as a tool: pipx install --preinstall WHEEL . (README)",
+    )
     opts = parser.parse_args()
 
     if sys.version_info < (3, 10):  # noqa: UP036 - this script runs under any python3
         say(f"Tandem needs Python 3.10 or newer; this is {platform.python_version()}")
         sys.exit(1)
+    if opts.llama_wheel:
+        flavour, args = chosen_build()
+        print(llama_wheel(Path(sys.executable), flavour, args, opts.offline, opts.rebuild))
+        return
     venv_dir = Path(sys.prefix if opts.here else opts.venv)
     py = Path(sys.executable) if opts.here else venv_python(venv_dir)
     if not py.exists():

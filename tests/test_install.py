@@ -101,7 +101,7 @@ def test_old_headers_fall_back_to_the_cpu_with_one_line(
     fake_tools(install, monkeypatch, summary=SUMMARY_AMD)
     headers(tmp_path, OLD_HEADER)
     assert install.choose_build()[0] == "cpu"
-    out = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().err.strip().splitlines()
     assert len(out) == 1 and "found a Vulkan GPU (AMD Radeon RX 7900 XTX" in out[0]
     assert "(1.3.239) are too old" in out[0] and "VK_EXT_layer_settings" in out[0]
     assert "building for the CPU instead" in out[0]
@@ -130,7 +130,7 @@ def test_forcing_vulkan_without_what_it_needs_is_one_line(
     with pytest.raises(SystemExit) as stop:
         install.choose_build()
     assert stop.value.code == 1
-    out = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().err.strip().splitlines()
     assert (
         len(out) == 1 and out[0].startswith("[tandem install] cannot build for Vulkan: ") and expect in out[0]
     )

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tandem.engine import TandemError
+from tandem.shipped import shipped
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent.parent.parent / "assets" / "bench"
+DEFAULT_PROMPTS = shipped("assets/bench")
 
 
 @dataclass(frozen=True)

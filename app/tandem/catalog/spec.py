@@ -25,13 +25,14 @@ from typing import Any
 
 from tandem.engine.config import ADAPTIVE_K_MAX, DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
 from tandem.engine.errors import TandemError
+from tandem.shipped import shipped
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-BUILTIN_CATALOG = Path(__file__).resolve().parents[3] / "models.toml"
+BUILTIN_CATALOG = shipped("models.toml")
 CATALOG_ENV = "TANDEM_CATALOG"
 
 # `draft = "mtp"`: the target's own draft heads draft (no draft file).
