@@ -7,6 +7,7 @@ temperature too small to divide by samples as greedy decoding does."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -109,6 +110,19 @@ def test_a_bench_output_that_cannot_be_written_is_refused_before_the_benchmark(
         "a-file",
         "prompts.txt",
     ]
+
+
+def test_a_chart_without_matplotlib_is_refused_before_the_benchmark_with_how_to_get_it(
+    tiny_target: Path, tmp_path: Path
+) -> None:
+    hidden = tmp_path / "hidden"  # (first on the child's path: `import matplotlib` fails there)
+    hidden.mkdir()
+    (hidden / "matplotlib.py").write_text("raise ImportError('not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), *sys.path])}
+    res = _bench(tiny_target, tmp_path, "--chart", str(tmp_path / "c.png"), env=env)
+    line = one_line(res)
+    assert "--chart needs matplotlib" in line and "pip install matplotlib" in line, line
+    assert res.stdout == "" and not (tmp_path / "c.png").exists()  # before any run, not after
 
 
 def test_a_bench_output_write_that_fails_at_the_end_shows_the_results_and_leaves_no_file(

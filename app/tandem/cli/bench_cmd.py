@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem import __version__
-from tandem.bench import versus
-from tandem.bench.chart import speedup_chart
+from tandem.bench import chart, versus
 from tandem.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from tandem.bench.report import build_report
 from tandem.bench.runner import RunRecord, run_bench
@@ -95,6 +94,8 @@ def bench(opts: BenchOptions) -> int:
     # Before minutes of benchmark: an output nowhere to be written is refused now, not after.
     _check_output(opts.json, "--json")
     _check_output(opts.chart, "--chart")
+    if opts.chart is not None:
+        chart.check_available()
     prompts = load_prompts(opts.prompts)
     if opts.categories:
         prompts = [p for p in prompts if p.category in opts.categories]
@@ -189,7 +190,7 @@ def bench(opts: BenchOptions) -> int:
         names = list(report["settings"])
         title = f"tandem bench: {Path(report['target']).stem}"
         values = [[report["categories"][cat][n]["speedup"] for n in names] for cat in cats]
-        png = speedup_chart(
+        png = chart.speedup_chart(
             title,
             [*cats, "overall"],
             names,
