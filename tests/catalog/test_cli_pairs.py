@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,10 @@ from catalogs import MTP_CATALOG, MTP_FILE, MTP_REPO, TINY_CATALOG, install_cata
 from cli_child import tandem
 from hub_server import FakeHub
 from tandem.catalog import load_catalog
+from tandem.catalog.hub import DownloadProgress
 from tandem.cli.fetch import terminal_fetch
 from tandem.cli.main import main
+from tandem.cli.progress import ProgressPrinter
 from tandem.engine import TandemError
 
 
@@ -313,3 +317,20 @@ def test_a_pair_drafted_by_its_own_heads_pulls_one_file_and_runs_with_them(
         "tandem: error: pair tiny-mtp has no draft model (its target drafts with its own heads): "
         "use --drafter mtp, lookup or auto"
     )
+
+
+@pytest.mark.fast
+def test_a_terminal_gets_bars_that_end_as_summary_lines() -> None:
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=True)
+    mb = 1_000_000
+    printer(DownloadProgress("org/repo/cached.gguf", 3 * mb, 3 * mb, 0.0, None, True))  # in the cache
+    for got in (0, 4 * mb, 8 * mb):
+        printer(DownloadProgress("org/repo/model.gguf", got, 8 * mb, 2e6, (8 * mb - got) / 2e6, False))
+    printer(DownloadProgress("org/repo/model.gguf", 8 * mb, 8 * mb, 2e6, 0.0, True))
+    printer.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # (the bars' cursor moves, colours)
+    assert "✓ cached.gguf  3.0 MB (already downloaded)" in text
+    assert "model.gguf" in text and "ETA" in text  # a bar was drawn
+    assert re.search(r"✓ model\.gguf  8\.0 MB in \d+:\d\d, .*checksum verified", text), text
+    assert printer.bars is None  # nothing left holding the terminal

@@ -1,17 +1,27 @@
-"""Download progress on stderr: one updating line per file on a terminal, plain lines otherwise.
+"""Download progress on stderr: rich's bars on a terminal, plain lines otherwise.
 
-On a terminal each file gets a bar that redraws in place (`\\r`) and becomes a summary line
-when the file is done. In a log or a pipe, a line when a file starts, one every 10%, and one
-when it is done, so CI logs stay readable.
+On a terminal each file gets a bar (rich.progress: size, speed, time left) that becomes a
+summary line when the file is done. In a log or a pipe, a line when a file starts, one every
+10%, and one when it is done, so CI logs stay readable.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from tandem.catalog import DownloadProgress
 from tandem.catalog.units import format_bytes
@@ -43,7 +53,8 @@ class ProgressPrinter:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     tty: bool | None = None
     files: dict[str, _FileState] = field(default_factory=dict)
-    open_line: bool = False
+    bars: Progress | None = None  # (on a terminal, while a file downloads)
+    tasks: dict[str, TaskID] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tty is None:
@@ -72,11 +83,11 @@ class ProgressPrinter:
                 self._line(f"  {p.filename}: {self._numbers(p)}")
 
     def close(self) -> None:
-        """End a half-drawn bar line (after an error or Ctrl+C)."""
-        if self.open_line:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.open_line = False
+        """Stop the bars (after the last file, an error or Ctrl+C): the terminal's line is free."""
+        if self.bars is not None:
+            self.bars.stop()
+            self.bars = None
+            self.tasks.clear()
 
     # ------------------------------------------------------------------ drawing
     @staticmethod
@@ -89,18 +100,22 @@ class ProgressPrinter:
         return f"{pct}  {size}  {speed}  ETA {format_duration(p.eta_s)}"
 
     def _draw(self, p: DownloadProgress) -> None:
-        width = shutil.get_terminal_size((100, 20)).columns
-        frac = min(1.0, p.downloaded / p.total) if p.total else 0.0
-        filled = int(frac * BAR_WIDTH)
-        bar = "█" * filled + "░" * (BAR_WIDTH - filled)
-        tail = f" {bar} {self._numbers(p)}"
-        room = max(10, width - len(tail) - 3)
-        name = p.filename.rsplit("/", 1)[-1]
-        if len(name) > room:
-            name = "…" + name[-(room - 1) :]
-        self.stream.write(f"\r  {name}{tail}\x1b[K")
-        self.stream.flush()
-        self.open_line = True
+        if self.bars is None:
+            self.bars = Progress(
+                TextColumn("  {task.description}"),
+                BarColumn(bar_width=BAR_WIDTH),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream, force_terminal=True),
+            )
+            self.bars.start()
+        task = self.tasks.get(p.filename)
+        if task is None:
+            name = p.filename.rsplit("/", 1)[-1]
+            task = self.tasks[p.filename] = self.bars.add_task(name, total=p.total or None)
+        self.bars.update(task, completed=p.downloaded, total=p.total or None)
 
     def _finish(self, p: DownloadProgress, state: _FileState) -> None:
         name = p.filename.rsplit("/", 1)[-1] if self.tty else p.filename
@@ -111,12 +126,15 @@ class ProgressPrinter:
             text = f"  ✓ {name}  {format_bytes(p.total)} in {format_duration(took)}{rate}, checksum verified"
         else:
             text = f"  ✓ {name}  {format_bytes(p.total)} (already downloaded)"
-        if self.tty:
-            self.stream.write(f"\r{text}\x1b[K\n")
-            self.stream.flush()
-            self.open_line = False
+        task = self.tasks.pop(p.filename, None)
+        if self.bars is not None:  # (printed above the bars of the files still downloading)
+            if task is not None:
+                self.bars.remove_task(task)
+            self.bars.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            if not self.tasks:
+                self.close()
         else:
-            self._line(text.replace("✓", "done:", 1))
+            self._line(text if self.tty else text.replace("✓", "done:", 1))
 
     def _line(self, text: str) -> None:
         self.close()

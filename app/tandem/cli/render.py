@@ -1,21 +1,32 @@
-"""Terminal output for the CLI: tokens coloured by origin, the legend, the stats line."""
+"""Terminal output for the CLI: tokens coloured by origin, the legend, the stats line.
+
+Whether a stream takes colour, and which codes, is rich's call (`terminal`): a terminal or not,
+NO_COLOR, TERM=dumb, the colour system; `--color always` / `never` override it. The codes are
+rendered once and the tokens written with them directly: a token costs a string join, not a
+rich render (its per-token time would show beside a GPU's decode).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TextIO
+from typing import Literal, TextIO
+
+from rich.console import Console
+from rich.style import Style
+from rich.text import Text
 
 from tandem.engine import AUTO_DRAFTER, GenerationStats, Origin, PartStats
 from tandem.session.collect import Outcome
 
-RESET = "\x1b[0m"
-# Foreground colours that read on dark and light terminals alike.
-COLOURS = {
-    Origin.DRAFT: "\x1b[32m",  # green: the draft guessed it and the target agreed
-    Origin.TARGET: "\x1b[33m",  # yellow: the target's own token (correction)
-    Origin.BONUS: "\x1b[36m",  # cyan: the free extra token after a fully accepted run
+ColorChoice = Literal["auto", "always", "never"]
+
+# Colours that read on dark and light terminals alike, as the app shows them.
+STYLES = {
+    Origin.DRAFT: Style(color="green"),  # the draft guessed it and the target agreed
+    Origin.TARGET: Style(color="yellow"),  # the target's own token (correction)
+    Origin.BONUS: Style(color="cyan"),  # the free extra token after a fully accepted run
 }
-DIM = "\x1b[2m"
+DIM = Style(dim=True)  # a thinking model's reasoning
 
 LABELS = {
     Origin.DRAFT: "draft accepted",
@@ -24,10 +35,37 @@ LABELS = {
 }
 
 
-def coloured(text: str, origin: Origin, enabled: bool) -> str:
-    if not enabled or not text:
-        return text
-    return f"{COLOURS[origin]}{text}{RESET}"
+def terminal(out: TextIO, choice: ColorChoice = "auto") -> Console:
+    """rich's console for `out`: colour where rich finds it takes colour ("auto": a terminal,
+    NO_COLOR unset), always (a pipe too: the flag outranks NO_COLOR), or never."""
+    force = {"auto": None, "always": True, "never": False}[choice]
+    return Console(
+        file=out, force_terminal=force, no_color={"auto": None, "always": False, "never": True}[choice]
+    )
+
+
+def codes(console: Console, style: Style) -> tuple[str, str]:
+    """The escape codes `console` writes before and after text in `style` ("" where it takes
+    no colour)."""
+    with console.capture() as captured:
+        console.print(Text("\0", style=style), end="", soft_wrap=True)
+    before, _, after = captured.get().partition("\0")
+    return before, after
+
+
+class OriginCodes:
+    """Each origin's codes on one console, plain and dimmed (the reasoning)."""
+
+    def __init__(self, console: Console) -> None:
+        self.before: dict[Origin, str] = {}
+        self.dim: dict[Origin, str] = {}
+        self.after = ""
+        for origin, style in STYLES.items():
+            self.before[origin], self.after = codes(console, style)
+            self.dim[origin], _ = codes(console, DIM + style)
+
+    def coloured(self, text: str, origin: Origin) -> str:
+        return f"{self.before[origin]}{text}{self.after}" if text else text
 
 
 class TokenWriter:
@@ -44,12 +82,12 @@ class TokenWriter:
 
     FLUSH_S = 0.03
 
-    def __init__(self, out: TextIO, colour: bool, reasoning_out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO, colours: OriginCodes, reasoning_out: TextIO | None = None) -> None:
         self.out = out
         self.reasoning_out = reasoning_out
-        self._before = {o: COLOURS[o] if colour else "" for o in Origin}
-        self._dim = {o: DIM + COLOURS[o] if colour else "" for o in Origin}
-        self._after = RESET if colour else ""
+        self._before = colours.before
+        self._dim = colours.dim
+        self._after = colours.after
         self._shown = 0  # tokens of the outcome written so far
         self._written = 0.0
         self._outcome: Outcome | None = None
@@ -102,11 +140,10 @@ def _part_line(name: str, p: PartStats, mode: str) -> str:
     return line
 
 
-def legend(enabled: bool, speculative: bool) -> str:
+def legend(colours: OriginCodes, speculative: bool) -> str:
     if not speculative:
         return "target only (no draft): every token is the target's"
-    parts = [coloured(f"■ {LABELS[o]}", o, enabled) for o in Origin]
-    return "  ".join(parts)
+    return "  ".join(colours.coloured(f"■ {LABELS[o]}", o) for o in Origin)
 
 
 def speedup_text(s: GenerationStats) -> str:

@@ -16,7 +16,7 @@ from tandem.cli.options import (
     run_options,
 )
 from tandem.cli.process import interrupt_sets, peak_rss_bytes
-from tandem.cli.render import TokenWriter, legend, stats_line
+from tandem.cli.render import OriginCodes, TokenWriter, legend, stats_line, terminal
 from tandem.engine import TandemError
 from tandem.session.collect import collect, outcome_json
 from tandem.session.drafting import exact_note, no_draft_note
@@ -89,7 +89,7 @@ def run(opts: RunOptions) -> int:
     choices.validate()
     text = read_prompt(opts.prompt)
     fetch = terminal_fetch(yes=opts.yes)
-    colour = opts.color == "always" or (opts.color == "auto" and sys.stdout.isatty())
+    colours = OriginCodes(terminal(sys.stdout, opts.color))  # (the answer's: the legend says them)
 
     with open_pair(opts.models, choices, fetch=fetch, speculative=speculative, raw=opts.raw) as opened:
         pair, cfg = opened.pair, opened.config
@@ -111,11 +111,11 @@ def run(opts: RunOptions) -> int:
                 print(f"note: {note}", file=sys.stderr)
         cancel = threading.Event()
         if not opts.json:
-            print(legend(colour, speculative), file=sys.stderr)
+            print(legend(colours, speculative), file=sys.stderr)
         # The reasoning is shown (on standard error, dimmed) unless thinking was turned off and
         # the model reasons anyway (its template has no switch).
         shown = None if choices.think is False else sys.stderr
-        writer = None if opts.json else TokenWriter(sys.stdout, colour, shown)
+        writer = None if opts.json else TokenWriter(sys.stdout, colours, shown)
         try:
             with interrupt_sets(cancel), Runner.open(pair) as runner:
                 out = collect(runner.stream(prompt, cfg, speculative=speculative, cancel=cancel), writer)
