@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tandem.session.refs import PairRef
 from tandem.ui.conversations import Conversation, ConversationStore, Turn, decode_spans, encode_spans
 from tandem.ui.jobs import EventBuffer
 from tandem.ui.live_stats import LiveStats
-from tandem.ui.settings import Settings, load_settings, save_settings, settings_toml
+from tandem.ui.settings import Settings, load_settings, save_changes, save_settings, settings_toml
 from tandem.ui.widgets.pass_chart import PassChart
 from tandem.ui.widgets.token_text import TokenText
 
@@ -74,6 +75,30 @@ def test_settings_toml_is_valid_for_tricky_strings() -> None:
 
     text = settings_toml(Settings(system_prompt="a\x01b\"c'''\n"))
     assert tomllib.loads(text)["system_prompt"] == "a\x01b\"c'''\n"
+
+
+def test_a_change_saved_from_the_app_keeps_the_user_s_comments_and_keys(tmp_path: Path) -> None:
+    path = tmp_path / "settings.toml"
+    mine = (
+        "# my settings, by hand\n"
+        "version = 2\n"
+        "temperature = 0.7  # warmer for stories\n"
+        "\n"
+        "# for the laptop\n"
+        "n_threads = 2\n"
+        "future_option = 'kept'  # a newer Tandem's\n"
+    )
+    path.write_text(mine)
+    before, _ = load_settings(path)
+    after = save_changes(path, before, replace(before, top_k=20, n_threads=None))
+    text = path.read_text()
+    assert text.startswith("# my settings, by hand\nversion = 2\ntemperature = 0.7  # warmer for stories\n")
+    assert "# for the laptop" in text and "future_option = 'kept'  # a newer Tandem's" in text
+    assert "n_threads" not in text and "top_k = 20" in text  # None: the key goes; a change: set
+    assert load_settings(path)[0] == after and after.top_k == 20 and after.temperature == 0.7
+    path.write_text("top_k = = 3\n")  # not TOML: written anew
+    assert save_changes(path, Settings(), replace(Settings(), seed=5)).seed == 5
+    assert load_settings(path)[0].seed == 5 and text.splitlines()[0] not in path.read_text()
 
 
 # ---------------------------------------------------------------------- conversations

@@ -1,19 +1,21 @@
 """User settings: generation and loading options, persisted as TOML in the config directory.
 
-The file is written here by hand (the standard library reads TOML but does not write it);
-only flat scalar keys are needed. Unknown keys and values of the wrong type are ignored with
-a note, so an old or hand-edited file never stops the app.
+Read with the standard library's tomllib, written with tomlkit: a change saved from the app is
+written over the file as it is, keeping the user's comments, order and keys this version does
+not know. Unknown keys and values of the wrong type are ignored with a note, so an old or
+hand-edited file never stops the app.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tomlkit
 from filelock import FileLock
+from tomlkit.exceptions import TOMLKitError
 
 from tandem.engine import (
     DrafterChoice,
@@ -216,33 +218,46 @@ def _keep_broken(path: Path, note: str) -> str:
     return f"{note} (your file is kept as {backup.name})"
 
 
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    # A JSON string is a valid TOML basic string: same escapes, control characters escaped.
-    return json.dumps(str(value), ensure_ascii=False)
-
-
 def settings_toml(settings: Settings) -> str:
-    lines = [
-        "# Tandem settings (written by the app; safe to edit while it is closed).",
-        "# A setting left out is not chosen: the catalog pair's value where it has one, else the default.",
-        f"version = {SETTINGS_VERSION}",
-    ]
+    """A new settings file holding `settings`."""
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment("Tandem settings (written by the app; safe to edit while it is closed)."))
+    doc.add(
+        tomlkit.comment(
+            "A setting left out is not chosen: the catalog pair's value where it has one, else the default."
+        )
+    )
+    doc["version"] = SETTINGS_VERSION
+    _set_values(doc, settings)
+    return tomlkit.dumps(doc)
+
+
+def _set_values(doc: tomlkit.TOMLDocument, settings: Settings) -> None:
+    """Every setting into `doc`; one unchanged keeps its line (and the comment on it)."""
+    now = doc.unwrap()  # (plain values: bool and int compare equal, so the types are compared too)
     for f in fields(Settings):
         value = getattr(settings, f.name)
         if value is None:  # TOML has no null: an absent key means "not set"
-            continue
-        lines.append(f"{f.name} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
+            doc.pop(f.name, None)
+        elif f.name not in now or now[f.name] != value or type(now[f.name]) is not type(value):
+            doc[f.name] = value
 
 
 def save_settings(path: Path, settings: Settings) -> None:
     atomic_write_text(path, settings_toml(settings))
+
+
+def _save_over(path: Path, settings: Settings) -> None:
+    """`settings` written over the file as it is (its comments and unknown keys kept); a new
+    file where it cannot be read as TOML."""
+    try:
+        doc = tomlkit.parse(read_small_text(path, MAX_SETTINGS_BYTES))
+    except (OSError, UnusableFile, UnicodeDecodeError, TOMLKitError):
+        save_settings(path, settings)
+        return
+    doc["version"] = SETTINGS_VERSION
+    _set_values(doc, settings)
+    atomic_write_text(path, tomlkit.dumps(doc))
 
 
 def save_changes(path: Path, before: Settings, after: Settings) -> Settings:
@@ -263,5 +278,5 @@ def save_changes(path: Path, before: Settings, after: Settings) -> Settings:
             merged.validate()
         except TandemError:  # valid alone, not together with the other instance's: ours whole
             merged = after
-        save_settings(path, merged)
+        _save_over(path, merged)
     return merged
