@@ -38,6 +38,7 @@ def test_a_wheel_in_a_fresh_venv_lists_the_pairs_and_runs(tmp_path: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     assert "tandem/shipped/models.toml" in names
     assert "tandem/shipped/assets/bench/chat.jsonl" in names
+    assert "tandem/ui/tandem.tcss" in names  # (the app's stylesheet)
     assert not (ROOT / "app" / "tandem" / "shipped").exists()  # (the build's copies are gone)
 
     venv = tmp_path / "venv"

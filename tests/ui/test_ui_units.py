@@ -21,6 +21,7 @@ from tandem.ui.conversations import Conversation, ConversationStore, Turn, decod
 from tandem.ui.jobs import EventBuffer
 from tandem.ui.live_stats import LiveStats
 from tandem.ui.settings import Settings, load_settings, save_changes, save_settings, settings_toml
+from tandem.ui.styles import STYLESHEET
 from tandem.ui.widgets.pass_chart import PassChart
 from tandem.ui.widgets.token_text import TokenText
 
@@ -222,6 +223,8 @@ def test_pair_labels() -> None:
 
 # ---------------------------------------------------------------------- the text widget
 class _Host(App[None]):
+    CSS_PATH = STYLESHEET  # (the app's: its widgets are styled there)
+
     def __init__(self, widget: TokenText) -> None:
         super().__init__()
         self.widget = widget

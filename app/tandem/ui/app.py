@@ -38,6 +38,7 @@ from tandem.ui.screens.chat import ChatScreen
 from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.settings import Settings, load_settings, save_changes
 from tandem.ui.storage import AppDirs
+from tandem.ui.styles import STYLESHEET
 from tandem.ui.workers import run_in_thread
 
 GIL_SWITCH_S = 0.0005
@@ -45,6 +46,8 @@ GIL_SWITCH_S = 0.0005
 
 class TandemApp(App[None]):
     TITLE = "Tandem"
+    # Every screen's and widget's styles, in one stylesheet (each rule within its class).
+    CSS_PATH = STYLESHEET
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help"),

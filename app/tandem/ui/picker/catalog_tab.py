@@ -77,17 +77,6 @@ def fit_text(fit: FitVerdict | None) -> Text:
 
 
 class CatalogTab(TabPane):
-    DEFAULT_CSS = """
-    CatalogTab DataTable { height: 1fr; min-height: 4; }
-    CatalogTab #catalog-details { height: auto; max-height: 10; padding: 0 1; color: $text-muted; }
-    CatalogTab #download { height: auto; padding: 0 1; display: none; border: round $success; }
-    CatalogTab #download.-on { display: block; }
-    CatalogTab #download .dl-row { height: 1; }
-    CatalogTab #download .dl-row > Label { width: 8; }
-    CatalogTab #download .dl-row > ProgressBar { width: 40; }
-    CatalogTab #download .dl-row > Static { width: 1fr; padding: 0 0 0 1; }
-    """
-
     def __init__(self) -> None:
         super().__init__("Catalog", id="tab-catalog")
         self.listing: CatalogListing | None = None

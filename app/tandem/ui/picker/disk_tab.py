@@ -40,12 +40,6 @@ def _short(label: str) -> str:
 
 
 class DiskTab(TabPane):
-    DEFAULT_CSS = """
-    DiskTab DataTable { height: 1fr; min-height: 4; }
-    DiskTab #drafts-label { padding: 0 1; height: 1; color: $text-muted; }
-    DiskTab #drafts { height: 8; }
-    """
-
     def __init__(self) -> None:
         super().__init__("On disk", id="tab-disk")
         self.disk: list[DiskModel] = []

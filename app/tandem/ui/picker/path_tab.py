@@ -38,13 +38,6 @@ def checked_paths(target: str, draft: str) -> Checked:
 
 
 class PathTab(TabPane):
-    DEFAULT_CSS = """
-    PathTab .row { height: 3; }
-    PathTab .row > Label { width: 9; padding: 1 0 0 0; }
-    PathTab .row > Input { width: 1fr; }
-    PathTab #check { color: $text-muted; height: auto; padding: 0 1; }
-    """
-
     def __init__(self) -> None:
         super().__init__("By path", id="tab-path")
 

@@ -58,23 +58,6 @@ class ChatScreen(StreamingScreen):
         Binding("f5", "toggle_think", "Think on/off", show=False),
     ]
 
-    DEFAULT_CSS = """
-    ChatScreen #body { height: 1fr; }
-    ChatScreen #main { width: 1fr; height: 1fr; }
-    ChatScreen #system-row { height: 1; background: $boost; }
-    ChatScreen #system-label { width: auto; padding: 0 0 0 1; color: $text-muted; }
-    ChatScreen #system {
-        height: 1;
-        border: none;
-        padding: 0 1;
-        background: $boost;
-        color: $text-muted;
-    }
-    ChatScreen #system:focus { color: $text; background: $surface-lighten-1; }
-    ChatScreen #prompt { margin: 0 0; }
-    ChatScreen.-narrow #body { layout: vertical; }
-    """
-
     def __init__(self) -> None:
         super().__init__(id="chat")
         self.conv = Conversation()

@@ -27,20 +27,6 @@ class ConversationsScreen(ModalScreen[str | None]):
         Binding("d,delete", "delete", "Delete"),
     ]
 
-    DEFAULT_CSS = """
-    ConversationsScreen { align: center middle; }
-    ConversationsScreen > Vertical {
-        width: 90%;
-        max-width: 100;
-        height: 80%;
-        border: thick $primary 60%;
-        background: $surface;
-        padding: 0 1;
-    }
-    ConversationsScreen Label { margin: 0 0 1 0; color: $text-muted; }
-    ConversationsScreen OptionList { height: 1fr; }
-    """
-
     def __init__(self, store: ConversationStore) -> None:
         super().__init__()
         self.store = store

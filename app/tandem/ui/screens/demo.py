@@ -45,13 +45,6 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 class DemoPane(Vertical):
-    DEFAULT_CSS = """
-    DemoPane { width: 1fr; height: 1fr; border: round $primary 50%; padding: 0 1; }
-    DemoPane.-running { border: round $success; }
-    DemoPane > .pane-speed { height: 1; }
-    DemoPane > VerticalScroll { height: 1fr; }
-    """
-
     def __init__(self, title: str, pane_id: str, *, colour: bool) -> None:
         super().__init__(id=pane_id)
         self.border_title = title
@@ -111,13 +104,6 @@ class DemoScreen(StreamingScreen):
         Binding("escape", "stop_or_back", "Stop / back"),
         Binding("ctrl+r", "run", "Run again"),
     ]
-
-    DEFAULT_CSS = """
-    DemoScreen #explain { padding: 0 1; color: $text-muted; height: auto; }
-    DemoScreen #demo-prompt { margin: 0 0; }
-    DemoScreen #panes { height: 1fr; }
-    DemoScreen #verdict { height: auto; padding: 0 1; min-height: 2; }
-    """
 
     def __init__(self) -> None:
         super().__init__(id="demo")

@@ -65,20 +65,6 @@ KEYS = [
 class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close")]
 
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
-        width: 90%;
-        max-width: 100;
-        height: 90%;
-        border: thick $primary 60%;
-        border-title-color: $text;
-        background: $surface;
-        padding: 0 2;
-    }
-    HelpScreen Static { margin: 1 0 0 0; }
-    """
-
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
             scroll.border_title = "Help · Esc closes"

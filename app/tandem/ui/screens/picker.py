@@ -44,18 +44,6 @@ class PickerScreen(Screen[None]):
         Binding("r", "refresh_lists", "Refresh"),
     ]
 
-    DEFAULT_CSS = """
-    PickerScreen #intro { padding: 0 1; height: auto; }
-    PickerScreen #network { padding: 0 1; height: auto; color: $warning; display: none; }
-    PickerScreen #network.-offline { display: block; }
-    PickerScreen TabbedContent { height: 1fr; }
-    PickerScreen #loading { height: 1; display: none; padding: 0 1; }
-    PickerScreen #loading.-on { display: block; }
-    PickerScreen #loading LoadingIndicator { width: 6; height: 1; }
-    PickerScreen #loading-text { width: 1fr; }
-    PickerScreen #error { color: $error; height: auto; padding: 0 1; }
-    """
-
     def __init__(self, *, first_run: bool = False) -> None:
         super().__init__(id="picker")
         self.first_run = first_run

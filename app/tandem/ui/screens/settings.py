@@ -93,29 +93,6 @@ class SettingsScreen(ModalScreen[Settings | None]):
         Binding("ctrl+s", "save", "Save"),
     ]
 
-    DEFAULT_CSS = """
-    SettingsScreen { align: center middle; }
-    SettingsScreen > VerticalScroll {
-        width: 90%;
-        max-width: 96;
-        height: 90%;
-        border: thick $primary 60%;
-        border-title-color: $text;
-        background: $surface;
-        padding: 0 1;
-    }
-    SettingsScreen .row { height: 3; }
-    SettingsScreen .row > Label { width: 20; padding: 1 1 0 0; }
-    SettingsScreen .row > Input { width: 22; }
-    SettingsScreen .row > Input.-wide { width: 1fr; }
-    SettingsScreen .row > Switch { width: 10; }
-    SettingsScreen .row > Select { width: 30; }
-    SettingsScreen .row > .hint { width: 1fr; padding: 1 0 0 1; color: $text-muted; }
-    SettingsScreen #error { color: $error; height: auto; margin: 1 0 0 0; }
-    SettingsScreen #buttons { height: 3; margin: 1 0 0 0; }
-    SettingsScreen #buttons Button { margin: 0 2 0 0; }
-    """
-
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self.settings = settings

@@ -14,16 +14,6 @@ from tandem.ui.widgets.token_text import Piece, TokenText
 
 
 class UserTurn(Static):
-    DEFAULT_CSS = """
-    UserTurn {
-        margin: 1 0 0 0;
-        padding: 0 1;
-        border-left: thick $accent;
-        background: $boost;
-        color: $text;
-    }
-    """
-
     def __init__(self, text: str) -> None:
         super().__init__(Text(text), markup=False)
         self.text = text
@@ -31,15 +21,6 @@ class UserTurn(Static):
 
 class Note(Static):
     """A line from the app, not the model (a stopped answer, an error, a loaded pair)."""
-
-    DEFAULT_CSS = """
-    Note {
-        color: $text-muted;
-        padding: 0 1;
-        margin: 1 0 0 0;
-    }
-    Note.-error { color: $error; }
-    """
 
     def __init__(self, text: str) -> None:
         super().__init__(text, markup=False)
@@ -67,19 +48,6 @@ class AnswerView(Vertical):
     """One answer: coloured tokens while streaming (and when colours are on); rendered as
     Markdown once finished when colours are off, for plain reading. A reasoning model's
     thinking goes in a folding section above it (ThinkingView), made when the first arrives."""
-
-    DEFAULT_CSS = """
-    AnswerView {
-        height: auto;
-        margin: 1 0 0 0;
-        padding: 0 1;
-        border-left: thick $primary 40%;
-    }
-    AnswerView > TokenText { height: auto; }
-    AnswerView > Markdown { margin: 0; padding: 0; background: transparent; }
-    AnswerView > .answer-footer { color: $text-muted; height: auto; }
-    AnswerView.-streaming { border-left: thick $success; }
-    """
 
     def __init__(
         self,
@@ -177,14 +145,6 @@ class AnswerView(Vertical):
 
 class ChatLog(VerticalScroll):
     """Scrolls to the end as text arrives, unless the user scrolled up to read."""
-
-    DEFAULT_CSS = """
-    ChatLog {
-        height: 1fr;
-        padding: 0 1 1 1;
-        scrollbar-size-vertical: 1;
-    }
-    """
 
     @property
     def near_end(self) -> bool:

@@ -26,11 +26,6 @@ class PassChart(Widget):
     """Bars scaled from zero to the largest value shown; colour deepens with height."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"pass-chart--low", "pass-chart--high"}
-    DEFAULT_CSS = """
-    PassChart { height: 3; }
-    PassChart > .pass-chart--low { color: $primary 30%; }
-    PassChart > .pass-chart--high { color: $primary; }
-    """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

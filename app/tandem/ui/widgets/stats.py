@@ -182,26 +182,6 @@ def render_narrow(v: StatsView) -> Text:
 
 
 class StatsPanel(Vertical):
-    DEFAULT_CSS = """
-    StatsPanel {
-        width: 34;
-        height: 1fr;
-        padding: 0 1;
-        border-left: solid $primary 30%;
-    }
-    StatsPanel > #numbers { height: auto; }
-    StatsPanel > #chart-caption { color: $text-muted; margin-top: 1; }
-    StatsPanel > PassChart { height: 3; margin-top: 0; }
-    StatsPanel.-narrow {
-        width: 1fr;
-        height: auto;
-        border-left: none;
-        border-top: solid $primary 30%;
-    }
-    StatsPanel.-narrow > #chart-caption { display: none; }
-    StatsPanel.-narrow > PassChart { height: 1; }
-    """
-
     def __init__(self) -> None:
         super().__init__()
         self.view = StatsView()
@@ -244,10 +224,6 @@ class StatsPanel(Vertical):
 
 class Legend(Static):
     """What the colours mean, and how to turn them off."""
-
-    DEFAULT_CSS = """
-    Legend { height: 1; padding: 0 1; color: $text-muted; }
-    """
 
     def __init__(self) -> None:
         super().__init__("", markup=False)

@@ -24,11 +24,6 @@ STREAM_HEADROOM = 6
 class ThinkingHeader(Static):
     """The section's one line: what it is, how long, and how to open or close it."""
 
-    DEFAULT_CSS = """
-    ThinkingHeader { color: $text-muted; height: 1; }
-    ThinkingHeader:hover { color: $text; }
-    """
-
     def on_click(self, event: events.Click) -> None:
         event.stop()
         parent = self.parent
@@ -37,17 +32,6 @@ class ThinkingHeader(Static):
 
 
 class ThinkingView(Vertical):
-    DEFAULT_CSS = """
-    ThinkingView { height: auto; margin: 0 0 1 0; }
-    ThinkingView > TokenText {
-        height: auto;
-        text-style: dim;
-        color: $text-muted;
-        padding: 0 0 0 2;
-    }
-    ThinkingView.-folded > TokenText { display: none; }
-    """
-
     def __init__(
         self,
         pieces: Iterable[Piece] = (),

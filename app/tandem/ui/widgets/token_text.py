@@ -35,13 +35,6 @@ def _clean(text: str) -> str:
 class TokenText(Widget):
     """Text that only ever grows at its end."""
 
-    DEFAULT_CSS = """
-    TokenText {
-        height: auto;
-        width: 1fr;
-    }
-    """
-
     def __init__(
         self, pieces: Iterable[Piece] = (), *, colour: bool = True, id: str | None = None, headroom: int = 1
     ) -> None:
