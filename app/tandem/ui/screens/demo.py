@@ -25,6 +25,7 @@ from tandem.ui.jobs import GenerationJob
 from tandem.ui.live_stats import LiveStats
 from tandem.ui.screens.streaming import StreamingScreen, take_events
 from tandem.ui.widgets.chat_log import STREAM_HEADROOM
+from tandem.ui.widgets.speed_chart import SpeedChart
 from tandem.ui.widgets.thinking import ThinkingView
 from tandem.ui.widgets.token_text import Piece, TokenText
 from tandem.ui.workers import run_in_thread
@@ -122,6 +123,7 @@ class DemoScreen(StreamingScreen):
         with Horizontal(id="panes"):
             yield DemoPane("Target alone", "baseline", colour=False)
             yield DemoPane("Speculative: target + draft (coloured by origin)", "speculative", colour=True)
+        yield SpeedChart(id="demo-chart")
         yield Static("Enter runs the demo.", id="verdict", markup=False)
         yield Footer(compact=True)
 
@@ -157,6 +159,7 @@ class DemoScreen(StreamingScreen):
         self._stopped = False
         for stage in ("baseline", "speculative"):
             self.pane(stage).reset()
+        self.query_one(SpeedChart).clear()
         self._verdict("Running the target alone…")
         self._start("baseline", text)
 
@@ -222,9 +225,10 @@ class DemoScreen(StreamingScreen):
             )
 
     def show_result(self, base_tps: float, spec_tps: float, base_ids: list[int], spec_ids: list[int]) -> None:
-        """The verdict line (also used by the snapshot tests with fixed numbers)."""
+        """The verdict line and the chart (also used by the snapshot tests with fixed numbers)."""
         t = Text()
         if base_tps > 0:
+            self.query_one(SpeedChart).show(base_tps, spec_tps)
             t.append(f"Speedup {spec_tps / base_tps:.2f}×", style="bold")
             t.append(f"  ({spec_tps:.1f} vs {base_tps:.1f} tok/s)")
         if self.tandem.settings.greedy:
