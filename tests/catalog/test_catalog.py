@@ -61,11 +61,16 @@ def test_builtin_catalog_current_pairs(hf_env: Path):
     assert gemma.draft is not None
     assert gemma.draft.repo_id == "ggml-org/gemma-3-1b-it-GGUF" and gemma.draft.size_bytes == 806_058_240
     assert gemma.target.repo_id.split("/")[0] == gemma.draft.repo_id.split("/")[0]
-    # Hybrid pairs, flagged: one drafted by a small model of its own family and publisher, one by
-    # its target's own draft heads.
+    # Hybrid pairs, flagged: drafted by a small model of its own family and publisher, by the
+    # target's own draft heads, or by a trained drafter beside it.
     hybrid = [p for p in catalog.pairs if p.hybrid]
-    assert [p.name for p in hybrid] == ["qwen3.5-27b", "qwen3.6-27b-mtp"]
-    h = hybrid[0]
+    assert [p.name for p in hybrid] == [
+        "qwen3.5-9b-mtp",
+        "qwen3.5-27b",
+        "qwen3.6-27b-mtp",
+        "qwen3.6-27b-dflash",
+    ]
+    h = catalog.get("qwen3.5-27b")
     assert h.draft is not None
     assert h.target.repo_id.split("/")[0] == h.draft.repo_id.split("/")[0]
     assert "Qwen3.5" in h.target.filename and "Qwen3.5-0.8B" in h.draft.filename

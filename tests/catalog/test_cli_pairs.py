@@ -40,8 +40,9 @@ def test_pairs_json_lists_every_pair_with_repos_and_files(hf_env: Path, capsys: 
         assert entry["draft"]["repo_id"] == spec.draft.repo_id
         assert entry["draft"]["filename"] == spec.draft.filename
         assert entry["draft"]["confirmed"] is spec.draft.confirmed
-    assert [p["name"] for p in out["pairs"] if p["hybrid"]] == ["qwen3.5-27b", "qwen3.6-27b-mtp"]
-    assert [p["name"] for p in out["pairs"] if p["draft"] == "mtp"] == ["qwen3.6-27b-mtp"]
+    hybrid = ["qwen3.5-9b-mtp", "qwen3.5-27b", "qwen3.6-27b-mtp", "qwen3.6-27b-dflash"]
+    assert [p["name"] for p in out["pairs"] if p["hybrid"]] == hybrid
+    assert [p["name"] for p in out["pairs"] if p["draft"] == "mtp"] == ["qwen3.5-9b-mtp", "qwen3.6-27b-mtp"]
     split = next(p for p in out["pairs"] if len(p["target"]["parts"]) > 1)
     assert split["target"]["parts"][0] == split["target"]["filename"]
 
