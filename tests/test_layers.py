@@ -217,7 +217,7 @@ def test_the_room_check_sees_an_import_from_above() -> None:
 # Where a word that is a drafter kind's name may stand outside engine/drafters/ as code (a
 # string), and why: every other place asks the registry (drafters/registry.py).
 KIND_WORDS_ALLOWED: dict[tuple[str, str], str] = {
-    ("catalog/spec.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
+    ("catalog/schema.py", "mtp"): 'the catalog\'s `draft = "mtp"`: a target drafting with its own heads',
     ("engine/llama/model.py", "model"): "a model's role in messages",
     ("server/served.py", "model"): "OpenAI's `model` field and a model entry's `object`",
     ("server/routes/models.py", "model"): "the health check's `model`: the id served",

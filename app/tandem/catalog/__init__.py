@@ -2,6 +2,8 @@
 disk, and whether a pair fits in memory. No UI code here (the CLI and the TUI build on it).
 
     spec.py        the catalog: models.toml + user catalogs, with line-precise errors
+    schema.py      a catalog file's tables as pydantic models; an error as one sentence
+    names.py       what a GGUF's file name says: split parts, quantization
     hub_cache.py   the Hugging Face cache layout: where, what is complete, adding entries
     hub_client.py  what the hub says about a file (commit, ETag, size), its errors; is it there
     hub.py         resumable, cancellable, checksum-verified downloads with progress
