@@ -64,7 +64,13 @@ def _raw_error(status: int, error: ApiError) -> bytes:
 
 
 class _Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 connection with the two bounds the module's docstring describes."""
+    """uvicorn's HTTP/1.1 connection with the two bounds the module's docstring describes.
+
+    A subclass, because uvicorn's supported options (0.54: `limit_concurrency`,
+    `timeout_keep_alive`, `h11_max_incomplete_event_size`...) bound idle connections and header
+    sizes but not how long a request may take to arrive: a client trickling a byte a second
+    would hold its connection forever. tests/server/test_serve_hostile.py fails the day
+    uvicorn's internals used here change."""
 
     read_timeout_s = 30.0
     max_connections = 64
