@@ -102,6 +102,29 @@ def test_a_change_saved_from_the_app_keeps_the_user_s_comments_and_keys(tmp_path
     assert load_settings(path)[0].seed == 5 and text.splitlines()[0] not in path.read_text()
 
 
+def test_an_old_settings_file_upgrades_without_losing_a_chosen_value(tmp_path: Path) -> None:
+    """A file an older app wrote (no version; every setting, its defaults included): its
+    default draft_max and n_ctx are read as not chosen (a catalog pair's apply), everything
+    else as chosen; the first change saved writes the version and keeps every value."""
+    path = tmp_path / "settings.toml"
+    path.write_text(
+        'draft_max = 12\nadaptive = false\ndrafter = "lookup"\ntemperature = 0.7\ntop_k = 20\n'
+        "top_p = 0.9\nmin_p = 0.1\nseed = 7\nmax_tokens = 300\nn_ctx = 4096\nn_gpu_layers = 0\n"
+        'n_threads = 2\nsystem_prompt = "Be brief."\n'
+    )
+    old, notes = load_settings(path)
+    assert notes == [] and old.draft_max is None and old.n_ctx is None  # the old app's defaults
+    chosen = replace(old, draft_max=None, n_ctx=None)
+    assert chosen == Settings(
+        adaptive=False, drafter="lookup", temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=7,
+        max_tokens=300, n_gpu_layers=0, n_threads=2, system_prompt="Be brief.",
+    )  # fmt: skip
+    saved = save_changes(path, old, replace(old, top_k=30))
+    assert saved == replace(chosen, top_k=30) and load_settings(path) == (saved, [])
+    text = path.read_text()
+    assert "version = 2" in text and "draft_max" not in text and "n_ctx" not in text
+
+
 # ---------------------------------------------------------------------- conversations
 def test_spans_round_trip() -> None:
     pieces = [("Hel", Origin.DRAFT), ("lo", Origin.DRAFT), (",", Origin.TARGET), (" wor", Origin.BONUS)]
