@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -196,22 +197,33 @@ def shown(v: Any) -> str:
     return f"{kind.get(type(v), type(v).__name__)} ({v!r})"
 
 
+@dataclass(frozen=True)
 class SchemaProblem:
     """The first error of a catalog's validation, placed: which pair (its index, -1 for the top
     level), which table (None: the pair's own fields, or the top level's), which key, and the
     sentence after the pair's label."""
 
-    def __init__(self, pair: int, table: str | None, key: str | None, sentence: str, label: str) -> None:
-        self.pair, self.table, self.key, self.sentence, self.label = pair, table, key, sentence, label
+    pair: int
+    table: str | None
+    key: str | None
+    sentence: str
+    label: str
 
 
-def first_problem(exc: ValidationError, data: dict[str, Any], builtin: bool) -> SchemaProblem:
+def _unknown(key: str, model: type[BaseModel]) -> str:
+    """A field `model` does not have, with the one it most likely meant."""
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown field {key!r}{hint}"
+
+
+def first_problem(exc: ValidationError, data: dict[str, Any]) -> SchemaProblem:
     """The first of `exc`'s errors as one sentence, with where it belongs."""
     # (A misspelt field first: the field it was meant to be is reported missing beside it.)
     error = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")[0]
     loc = list(error["loc"])
     if not loc or loc[0] != "pair" or len(loc) < 2 or not isinstance(loc[1], int):
-        return _top_level(error, loc, builtin)
+        return _top_level(error, loc)
     i = loc[1]
     raw = data["pair"][i] if isinstance(data.get("pair"), list) and i < len(data["pair"]) else {}
     name = raw.get("name") if isinstance(raw, dict) else None
@@ -223,13 +235,8 @@ def first_problem(exc: ValidationError, data: dict[str, Any], builtin: bool) -> 
     key = rest[-1]
     field = ".".join(rest)
     kind = error["type"]
-    if kind == "extra_forbidden":
-        allowed = list(
-            (BuiltinFile if builtin else UserFile).model_fields if table else UserPair.model_fields
-        )
-        close = difflib.get_close_matches(key, allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return SchemaProblem(i, table, key, f"unknown field {key!r}{hint}", label)
+    if kind == "extra_forbidden":  # (the built-in models have the user ones' fields)
+        return SchemaProblem(i, table, key, _unknown(key, UserFile if table else UserPair), label)
     if kind == "missing":
         if table is None and key in ("target", "draft"):
             also = ', or draft = "mtp" for a target with its own draft heads' if key == "draft" else ""
@@ -243,13 +250,11 @@ def first_problem(exc: ValidationError, data: dict[str, Any], builtin: bool) -> 
     return SchemaProblem(i, table, key, f"field '{field}' {_rule(error)}", label)
 
 
-def _top_level(error: ErrorDetails, loc: list[Any], builtin: bool) -> SchemaProblem:
+def _top_level(error: ErrorDetails, loc: list[Any]) -> SchemaProblem:
     key = str(loc[0]) if loc else None
     kind = error["type"]
     if kind == "extra_forbidden" and key is not None:
-        close = difflib.get_close_matches(key, list(UserCatalog.model_fields), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return SchemaProblem(-1, None, key, f"unknown field {key!r}{hint}", "")
+        return SchemaProblem(-1, None, key, _unknown(key, UserCatalog), "")
     if key == "default":
         if kind == "missing":
             sentence = "field 'default' is missing (the built-in catalog must name its default pair)"

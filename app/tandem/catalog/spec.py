@@ -237,7 +237,7 @@ def parse_catalog(text: str, source: Path, *, builtin: bool = False) -> ParsedCa
     try:
         checked = (BuiltinCatalog if builtin else UserCatalog).model_validate(data)
     except ValidationError as exc:
-        p = first_problem(exc, data, builtin)
+        p = first_problem(exc, data)
         raise CatalogError(f"{source}:{lines.of(p.pair, p.table, p.key)}: {p.label}{p.sentence}") from None
     pairs: list[PairSpec] = []
     seen: dict[str, int] = {}
