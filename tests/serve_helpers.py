@@ -21,7 +21,7 @@ from typing import Any
 from tandem.engine import ModelPair
 from tandem.server import ServeSettings
 from tandem.server.run import bind, make_server
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 
 class Served:
@@ -38,7 +38,7 @@ class Served:
 @contextmanager
 def serving(pair: ModelPair, **settings: object) -> Iterator[Served]:
     """Serve `pair` until the block ends; settings: ServeSettings fields over test defaults."""
-    base = ServeSettings(model_id="test-pair", choices=Choices(n_threads=1))
+    base = ServeSettings(model_id="test-pair", options=Options(n_threads=1))
     s = replace(base, **settings)  # type: ignore[arg-type]
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]

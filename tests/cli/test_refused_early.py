@@ -175,9 +175,9 @@ def test_an_empty_stop_string_is_refused_as_the_server_refuses_it(tiny_target: P
         check_stops(["x"] * (MAX_STOPS + 1))
     check_stops(["x"] * MAX_STOPS)
     with pytest.raises(TandemError):
-        from tandem.session.choices import Choices
+        from tandem.session.options import Options
 
-        Choices(stop=("",)).validate()
+        Options.parse({"stop": ("",)})
 
 
 def test_a_temperature_too_small_to_divide_by_is_greedy(tiny_target: Path, tiny_draft: Path) -> None:

@@ -18,7 +18,7 @@ from serve_helpers import serving
 from tandem.catalog import companions_of, usable_companion
 from tandem.cli.main import main
 from tandem.engine import LoadOptions, ModelPair
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 from tandem.session.pairs import resolve_pair
 from tandem.session.refs import DraftNeeds, PairRequest
 
@@ -165,8 +165,8 @@ def test_serve_drafts_with_it_and_says_so(capsys: pytest.CaptureFixture[str]) ->
     assert main([*args, "--drafter", "dflash", "--no-adaptive", "--draft-max", "3", "-n", "32", PROMPT]) == 0
     run: dict[str, Any] = json.loads(capsys.readouterr().out)
     with ModelPair.load(trained.target(), trained.dflash(), LoadOptions(n_ctx=512, n_threads=1)) as pair:
-        choices = Choices(n_threads=1, drafter="dflash", adaptive=False, draft_max=3)
-        with serving(pair, choices=choices) as served:
+        options = Options(n_threads=1, drafter="dflash", adaptive=False, draft_max=3)
+        with serving(pair, options=options) as served:
             c = openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0)
             answer = c.chat.completions.create(model="test-pair", messages=messages, max_tokens=32)  # type: ignore[arg-type]
             assert answer.choices[0].message.content == run["text"]

@@ -14,7 +14,7 @@ import model_files
 from cli_child import tandem
 from run_helpers import run
 from tandem.engine import GenerationError, LoadOptions, ModelPair, TandemError
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 # In the GPU lane too (gpu_lane.py): where non-finite logits really happen.
 pytestmark = pytest.mark.gpu
@@ -101,16 +101,8 @@ def test_the_cli_reports_non_finite_logits_in_one_line(poisoned: Path) -> None:
     ],
 )
 def test_every_numeric_option_is_checked(field: str, value: float) -> None:
-    from dataclasses import replace
-
-    from tandem.engine import SamplerSettings
-
-    if field in ("temperature", "top_p", "min_p"):
-        choices = Choices(sampler=replace(SamplerSettings(), **{field: value}))
-    else:
-        choices = replace(Choices(), **{field: value})
     with pytest.raises(TandemError):
-        choices.validate()
+        Options.parse({field: value}).validate_all()
 
 
 @pytest.mark.parametrize(

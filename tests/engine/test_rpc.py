@@ -29,7 +29,7 @@ import rpc_server
 from run_helpers import TINY, run
 from tandem.engine import LoadOptions, ModelPair, TandemError
 from tandem.engine.config import parse_rpc_servers
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 ROOT = Path(__file__).resolve().parents[2]
 TANDEM = [sys.executable, "-m", "tandem.cli.main"]
@@ -79,12 +79,12 @@ def test_bad_endpoints_are_one_sentence(text: str, expect: str) -> None:
         parse_rpc_servers(text)
     servers = tuple(s.strip() for s in text.split(",") if s.strip())
     with pytest.raises(TandemError, match=expect):
-        Choices(rpc_servers=servers).validate()
+        Options.parse({"rpc_servers": servers})
 
 
 def test_good_endpoints_are_kept_in_order() -> None:
     assert parse_rpc_servers(" 10.0.0.1:50052, gpu-box.lan:6000 ,") == ("10.0.0.1:50052", "gpu-box.lan:6000")
-    Choices(rpc_servers=("10.0.0.1:50052", "gpu-box.lan:6000")).validate()
+    Options.parse({"rpc_servers": ("10.0.0.1:50052", "gpu-box.lan:6000")}).validate_all()
 
 
 def test_cli_refuses_a_bad_rpc_flag_in_one_line(tiny_target: Path, tiny_draft: Path) -> None:
@@ -243,11 +243,11 @@ def test_the_app_setting_round_trips(tmp_path: Path) -> None:
     from tandem.ui.settings import Settings, load_settings, save_settings
 
     path = tmp_path / "settings.toml"
-    save_settings(path, Settings(rpc_servers="10.0.0.1:50052, gpu-box:50052"))
+    save_settings(path, Settings.parse({"rpc_servers": "10.0.0.1:50052, gpu-box:50052"}))
     settings, notes = load_settings(path)
     assert notes == []
     assert settings.load_options().rpc_servers == ("10.0.0.1:50052", "gpu-box:50052")
     assert Settings().load_options().rpc_servers == ()
     assert settings.needs_reload(Settings())
     with pytest.raises(TandemError, match="is not HOST:PORT"):
-        Settings(rpc_servers="gpu-box").validate()
+        Settings.parse({"rpc_servers": "gpu-box"})

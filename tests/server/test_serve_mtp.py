@@ -15,7 +15,7 @@ from catalogs import mtp_target, no_heads_target
 from serve_helpers import serving
 from tandem.cli.main import main
 from tandem.engine import LoadOptions, ModelPair
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 FIXED = ("--no-adaptive", "--draft-max", "3", "-n", "32")  # fixed K: the same rounds, the same origins
 MESSAGES = [{"role": "user", "content": "Write a story about the ocean and a lighthouse keeper."}]
@@ -35,8 +35,8 @@ def test_a_chat_completion_drafted_by_the_heads_is_tandem_run_s(
     run: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert run["stats"]["drafter"] == "mtp" and run["stats"]["drafted"] > 0
 
-    choices = Choices(n_threads=1, drafter="mtp", adaptive=False, draft_max=3)
-    with serving(mtp_pair, choices=choices) as served:
+    options = Options(n_threads=1, drafter="mtp", adaptive=False, draft_max=3)
+    with serving(mtp_pair, options=options) as served:
         c = openai.OpenAI(base_url=served.v1, api_key="unused", max_retries=0)
         answer = c.chat.completions.create(model="test-pair", messages=MESSAGES, max_tokens=32)  # type: ignore[arg-type]
         assert answer.choices[0].message.content == run["text"]

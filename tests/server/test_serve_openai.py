@@ -14,7 +14,7 @@ import pytest
 from serve_helpers import serving
 from tandem.cli.main import main
 from tandem.engine import ModelPair
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 MESSAGES: list[dict[str, str]] = [
     {"role": "system", "content": "You are a terse assistant."},
@@ -61,7 +61,7 @@ def test_greedy_answers_are_tandem_runs(
     raw = tandem_run(capsys, tiny_target, tiny_draft, *fixed, "--raw", "Once upon a time")
     assert chat["text"] and raw["text"]
 
-    with serving(tiny_pair, choices=Choices(n_threads=1, adaptive=False, draft_max=4)) as served:
+    with serving(tiny_pair, options=Options(n_threads=1, adaptive=False, draft_max=4)) as served:
         c = client(served.v1)
         whole = c.chat.completions.create(model="test-pair", messages=MESSAGES, max_tokens=40)  # type: ignore[arg-type]
         assert whole.choices[0].message.content == chat["text"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,10 @@ from run_helpers import TINY
 from serve_helpers import request, serving
 from tandem.cli.main import main
 from tandem.engine import ModelPair
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 ASK = [{"role": "user", "content": "Hello there"}]
-FIXED = Choices(n_threads=1, adaptive=False, draft_max=4, max_tokens=24)
+FIXED = Options(n_threads=1, adaptive=False, draft_max=4, max_tokens=24)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,7 @@ def test_reasoning_content_apart_as_tandem_run_gives_it(
     thinker: ModelPair, files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     expected = tandem_run(capsys, files, "Hello there")
-    with serving(thinker, choices=FIXED) as s:
+    with serving(thinker, options=FIXED) as s:
         c = client(s.v1)
         whole = c.chat.completions.create(model="test-pair", messages=ASK)  # type: ignore[arg-type]
         message = whole.choices[0].message
@@ -73,7 +72,7 @@ def test_chat_template_kwargs_turn_thinking_off(
     thinker: ModelPair, files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     expected = tandem_run(capsys, files, "--no-think", "Hello there")
-    with serving(thinker, choices=FIXED) as s:
+    with serving(thinker, options=FIXED) as s:
         whole = client(s.v1).chat.completions.create(
             model="test-pair",
             messages=ASK,  # type: ignore[arg-type]
@@ -89,7 +88,7 @@ def test_chat_template_kwargs_turn_thinking_off(
 
 
 def test_server_no_think_default_and_a_request_that_asks(thinker: ModelPair) -> None:
-    with serving(thinker, choices=replace(FIXED, think=False)) as s:
+    with serving(thinker, options=FIXED.updated(think=False)) as s:
         _, off = request(s, "POST", "/v1/chat/completions", {"messages": ASK})
         body = {"messages": ASK, "chat_template_kwargs": {"enable_thinking": True}}
         _, on = request(s, "POST", "/v1/chat/completions", body)
@@ -106,7 +105,7 @@ def history(reasoning: str | None) -> list[dict[str, Any]]:
 
 def test_earlier_reasoning_is_rendered_as_the_template_says(thinker: ModelPair) -> None:
     thought = "The user greets me; I greet back, briefly and kindly."
-    with serving(thinker, choices=FIXED) as s:
+    with serving(thinker, options=FIXED) as s:
         prompts = [
             request(s, "POST", "/v1/chat/completions", {"messages": history(r), "max_tokens": 1})[1]
             for r in (None, thought)
@@ -114,7 +113,7 @@ def test_earlier_reasoning_is_rendered_as_the_template_says(thinker: ModelPair) 
     # Qwen3.5's template drops the reasoning of turns before the last question.
     assert prompts[0]["usage"]["prompt_tokens"] == prompts[1]["usage"]["prompt_tokens"]
     laguna = model_files.tiny_thinker("poolside-Laguna-XS.2")
-    with ModelPair.load(laguna, None, TINY) as pair, serving(pair, choices=FIXED) as s:
+    with ModelPair.load(laguna, None, TINY) as pair, serving(pair, options=FIXED) as s:
         kept = [
             request(s, "POST", "/v1/chat/completions", {"messages": history(r), "max_tokens": 1})[1]
             for r in (None, thought)
@@ -138,7 +137,7 @@ def test_earlier_reasoning_is_rendered_as_the_template_says(thinker: ModelPair) 
     ],
 )
 def test_bad_chat_template_kwargs_are_one_line(thinker: ModelPair, kwargs: Any, says: str) -> None:
-    with serving(thinker, choices=FIXED) as s:
+    with serving(thinker, options=FIXED) as s:
         status, body = request(
             s, "POST", "/v1/chat/completions", {"messages": ASK, "chat_template_kwargs": kwargs}
         )

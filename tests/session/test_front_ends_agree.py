@@ -17,9 +17,10 @@ from cli_child import ROOT, tandem
 from source_tree import parse
 from tandem.catalog.spec import load_catalog
 from tandem.cli.main import build_parser
+from tandem.cli.options import given_options
 from tandem.engine import ChatMessage, GenerationConfig, LoadOptions, ModelPair, SamplerSettings
 from tandem.engine.config import ADAPTIVE_K_MAX, FIXED_K
-from tandem.session.choices import Choices, generation_config, load_options
+from tandem.session.options import Options
 from tandem.session.prompts import FittingChatPrompt, pair_notes, text_prompt, transcript
 from tandem.ui.settings import Settings
 
@@ -49,29 +50,21 @@ def test_a_model_without_a_chat_template_gets_the_same_transcript_from_run_and_t
 
 def test_a_pair_s_draft_max_is_an_adaptive_cap_and_a_user_s_choice_wins(distinct_catalog: Path) -> None:
     spec = load_catalog().get("tiny")
-    assert generation_config(Choices(), spec).k_max == 3
-    assert generation_config(Choices(draft_max=7), spec).k_max == 7
-    assert generation_config(Choices(adaptive=False), spec).k_max == FIXED_K  # a fixed K is the engine's
-    assert (
-        load_options(Choices(), spec).n_ctx == 768 and load_options(Choices(n_ctx=2048), spec).n_ctx == 2048
-    )
+    assert Options().generation_config(spec).k_max == 3
+    assert Options(draft_max=7).generation_config(spec).k_max == 7
+    assert Options(adaptive=False).generation_config(spec).k_max == FIXED_K  # a fixed K is the engine's
+    assert Options().load_options(spec).n_ctx == 768 and Options(n_ctx=2048).load_options(spec).n_ctx == 2048
 
 
 # ---------------------------------------------------------------------- one set of defaults
 def test_every_front_end_starts_from_the_engine_s_defaults() -> None:
     sampler = SamplerSettings()
     run = build_parser().parse_args(["run", "--target", "t.gguf", "x"])
-    assert (run.temp, run.top_k, run.top_p, run.min_p, run.seed) == (
-        sampler.temperature,
-        sampler.top_k,
-        sampler.top_p,
-        sampler.min_p,
-        sampler.seed,
-    )
-    assert run.draft_max is None and run.ctx is None and run.p_min is None  # unset: layered later
-    assert Settings().choices().sampler == sampler  # the app
-    assert generation_config(Choices()) == GenerationConfig()
-    assert load_options(Choices()) == LoadOptions()
+    given = given_options(run)
+    assert given.chosen() == {"max_tokens": 256} and given.sampler == sampler  # the rest: layered later
+    assert Settings().sampler == sampler  # the app
+    assert Options().generation_config() == GenerationConfig()
+    assert Options().load_options() == LoadOptions()
     assert GenerationConfig().k_max == ADAPTIVE_K_MAX
     assert replace(GenerationConfig(), adaptive=False).k_max == FIXED_K
     seeded = replace(GenerationConfig(), sampler=SamplerSettings(temperature=0.7, seed=1))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from textual.pilot import Pilot
 from textual.widgets import Input, Markdown
@@ -83,7 +82,7 @@ def test_escape_stops_at_once_and_keeps_the_text(
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
+    write_settings(FIXED.updated(max_tokens=400, adaptive=True, draft_max=12))
     app = TandemApp(dirs=dirs, pair=smollm2_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -97,7 +96,7 @@ def test_escape_stops_at_once_and_keeps_the_text(
         assert last.role == "assistant" and last.stats["stop_reason"] == "cancelled"
         assert 0 < last.stats["generated"] < 400 and len(last.content) > 20
         # The chat goes on after a stop.
-        app.settings = replace(app.settings, max_tokens=16)
+        app.settings = app.settings.updated(max_tokens=16)
         await send(pilot, "Thanks!")
         assert chat.conv.turns[-1].role == "assistant" and len(chat.conv.turns) == 4
 
@@ -108,7 +107,7 @@ def test_quitting_mid_answer_saves_what_was_written_and_exits_cleanly(
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, max_tokens=400, adaptive=True, draft_max=12))
+    write_settings(FIXED.updated(max_tokens=400, adaptive=True, draft_max=12))
     app = TandemApp(dirs=dirs, pair=smollm2_ref)
     seen: dict[str, object] = {}
 
@@ -236,7 +235,7 @@ def test_a_conversation_outgrowing_the_context_drops_its_oldest_turns_with_a_not
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, n_ctx=256, max_tokens=12, system_prompt="Be brief."))
+    write_settings(FIXED.updated(n_ctx=256, max_tokens=12, system_prompt="Be brief."))
     app = TandemApp(dirs=dirs, pair=smollm2_ref)
     long_message = "Please remember this list: " + ", ".join(f"item {i}" for i in range(30))
 

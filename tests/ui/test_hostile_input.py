@@ -9,7 +9,6 @@ import struct
 import subprocess
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,8 +110,8 @@ def test_two_instances_saving_settings_keep_each_other_s_changes(tmp_path: Path)
     save_settings(path, Settings())
     first, _ = load_settings(path)  # both instances read the same file at start
     second, _ = load_settings(path)
-    saved_first = save_changes(path, first, replace(first, temperature=0.7))
-    saved_second = save_changes(path, second, replace(second, top_k=7))
+    saved_first = save_changes(path, first, first.updated(temperature=0.7))
+    saved_second = save_changes(path, second, second.updated(top_k=7))
     assert saved_first.temperature == 0.7
     on_disk, notes = load_settings(path)
     assert (on_disk.temperature, on_disk.top_k) == (0.7, 7) and notes == []
@@ -125,9 +124,9 @@ def test_settings_saved_in_the_app_merge_with_the_file(dirs: AppDirs, tiny_ref: 
     async def scenario(pilot: Pilot[None]) -> None:
         # Another instance changes the temperature after this one started...
         other, _ = load_settings(dirs.settings_file)
-        save_changes(dirs.settings_file, other, replace(other, temperature=0.5))
+        save_changes(dirs.settings_file, other, other.updated(temperature=0.5))
         # ...and this one saves a change of its own.
-        app._settings_saved(replace(app.settings, top_k=9))
+        app._settings_saved(app.settings.updated(top_k=9))
         await pilot.pause()
         assert (app.settings.temperature, app.settings.top_k) == (0.5, 9)
         on_disk, _ = load_settings(dirs.settings_file)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _app_settings(dirs: AppDirs) -> None:
     # The app's own settings leave context, K and p-min unchosen (the defaults' None).
-    save_settings(dirs.settings_file, replace(Settings(), max_tokens=8, n_threads=1))
+    save_settings(dirs.settings_file, Settings(max_tokens=8, n_threads=1))
 
 
 def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
@@ -92,7 +91,7 @@ def test_a_catalog_pair_s_settings_apply_alike_in_run_chat_and_the_picker(
 
 def test_the_panel_shows_k_as_the_engine_runs_it(dirs: AppDirs, tiny_close_ref: PairRef) -> None:
     # Seeded sampling with adaptive drafting asked for: the engine drafts a fixed K = 5.
-    save_settings(dirs.settings_file, replace(FIXED, draft_max=None, adaptive=True, temperature=0.8, seed=3))
+    save_settings(dirs.settings_file, FIXED.updated(draft_max=None, adaptive=True, temperature=0.8, seed=3))
     app = TandemApp(dirs=dirs, pair=tiny_close_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from textual.pilot import Pilot
 from textual.widgets import Input, Select, Static, Switch
 from ui_helpers import FIXED, run_app, send, wait_for, wait_ready
@@ -46,7 +44,7 @@ def test_demo_escape_stops_and_does_not_start_the_second_run(
     dirs: AppDirs, smollm2_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, max_tokens=2000, n_threads=None))
+    write_settings(FIXED.updated(max_tokens=2000, n_threads=None))
     app = TandemApp(dirs=dirs, pair=smollm2_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -97,7 +95,7 @@ def test_settings_are_validated_saved_as_toml_and_reload_the_pair(dirs: AppDirs,
         screen.query_one("#drafter", Select).value = "model"
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert app.screen is app.chat
+        assert app.screen is app.chat, str(screen.query_one("#error", Static).render())
         s = app.settings
         assert (s.draft_max, s.temperature, s.seed, s.n_ctx, s.adaptive) == (7, 0.7, 42, 768, True)
         assert s.drafter == "model" and app.settings.generation_config().drafter == "model"

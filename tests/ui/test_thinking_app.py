@@ -5,7 +5,6 @@ template, whose generation prompt opens `<think>` (model_files.tiny_thinker)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -99,7 +98,7 @@ def test_thinking_setting_off_is_the_default_for_new_chats(
     dirs: AppDirs, thinker_ref: PairRef, write_settings: object
 ) -> None:
     assert callable(write_settings)
-    write_settings(replace(FIXED, think=False))
+    write_settings(FIXED.updated(think=False))
     app = TandemApp(dirs=dirs, pair=thinker_ref)
 
     async def scenario(pilot: Pilot[None]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,7 +81,7 @@ def test_a_change_saved_from_the_app_keeps_the_user_s_comments_and_keys(tmp_path
     path = tmp_path / "settings.toml"
     mine = (
         "# my settings, by hand\n"
-        "version = 2\n"
+        "version = 3\n"
         "temperature = 0.7  # warmer for stories\n"
         "\n"
         "# for the laptop\n"
@@ -91,14 +90,14 @@ def test_a_change_saved_from_the_app_keeps_the_user_s_comments_and_keys(tmp_path
     )
     path.write_text(mine)
     before, _ = load_settings(path)
-    after = save_changes(path, before, replace(before, top_k=20, n_threads=None))
+    after = save_changes(path, before, before.updated(top_k=20, n_threads=None))
     text = path.read_text()
-    assert text.startswith("# my settings, by hand\nversion = 2\ntemperature = 0.7  # warmer for stories\n")
+    assert text.startswith("# my settings, by hand\nversion = 3\ntemperature = 0.7  # warmer for stories\n")
     assert "# for the laptop" in text and "future_option = 'kept'  # a newer Tandem's" in text
     assert "n_threads" not in text and "top_k = 20" in text  # None: the key goes; a change: set
     assert load_settings(path)[0] == after and after.top_k == 20 and after.temperature == 0.7
     path.write_text("top_k = = 3\n")  # not TOML: written anew
-    assert save_changes(path, Settings(), replace(Settings(), seed=5)).seed == 5
+    assert save_changes(path, Settings(), Settings(seed=5)).seed == 5
     assert load_settings(path)[0].seed == 5 and text.splitlines()[0] not in path.read_text()
 
 
@@ -110,19 +109,33 @@ def test_an_old_settings_file_upgrades_without_losing_a_chosen_value(tmp_path: P
     path.write_text(
         'draft_max = 12\nadaptive = false\ndrafter = "lookup"\ntemperature = 0.7\ntop_k = 20\n'
         "top_p = 0.9\nmin_p = 0.1\nseed = 7\nmax_tokens = 300\nn_ctx = 4096\nn_gpu_layers = 0\n"
-        'n_threads = 2\nsystem_prompt = "Be brief."\n'
+        'n_threads = 2\nsystem_prompt = "Be brief."\nexact = true\nthink = false\n'
+        'rpc_servers = "10.0.0.1:50052, gpu-box:50052"\n'
     )
     old, notes = load_settings(path)
     assert notes == [] and old.draft_max is None and old.n_ctx is None  # the old app's defaults
-    chosen = replace(old, draft_max=None, n_ctx=None)
-    assert chosen == Settings(
+    chosen = Settings(
         adaptive=False, drafter="lookup", temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, seed=7,
-        max_tokens=300, n_gpu_layers=0, n_threads=2, system_prompt="Be brief.",
+        max_tokens=300, n_gpu_layers=0, n_threads=2, system_prompt="Be brief.", think=False,
+        rpc_servers=("10.0.0.1:50052", "gpu-box:50052"),
     )  # fmt: skip
-    saved = save_changes(path, old, replace(old, top_k=30))
-    assert saved == replace(chosen, top_k=30) and load_settings(path) == (saved, [])
+    # The old switch's "on" was "exact wherever the target allows it": not chosen now.
+    assert old == chosen and old.exact is None
+    saved = save_changes(path, old, old.updated(top_k=30))
+    assert saved == chosen.updated(top_k=30) and load_settings(path) == (saved, [])
     text = path.read_text()
-    assert "version = 2" in text and "draft_max" not in text and "n_ctx" not in text
+    assert "version = 3" in text and "draft_max" not in text and "n_ctx" not in text
+    assert 'rpc_servers = ["10.0.0.1:50052", "gpu-box:50052"]' in text and "exact" not in text
+
+
+def test_a_version_2_file_keeps_its_exact_off_and_reads_its_on_as_not_chosen(tmp_path: Path) -> None:
+    path = tmp_path / "settings.toml"
+    path.write_text("version = 2\nexact = false\n")
+    assert load_settings(path) == (Settings(exact=False), [])
+    path.write_text("version = 2\nexact = true\n")
+    assert load_settings(path) == (Settings(), [])
+    path.write_text("version = 3\nexact = true\n")  # now: required
+    assert load_settings(path) == (Settings(exact=True), [])
 
 
 # ---------------------------------------------------------------------- conversations

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from tandem.engine.config import ADAPTIVE_K_MAX, DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
+from tandem.engine.config import ADAPTIVE_K_MAX, DRAFT_MAX_LIMIT, MIN_CONTEXT, GenerationConfig, LoadOptions
 
 from .names import quantization_from_name, split_info
 
@@ -109,7 +109,7 @@ class UserPair(_Table):
     draft: UserFile | None
     draft_max: int = Field(ADAPTIVE_K_MAX, ge=1, le=DRAFT_MAX_LIMIT)
     p_min: float = GenerationConfig.p_min
-    context: int = Field(LoadOptions.n_ctx, ge=64)
+    context: int = Field(LoadOptions.n_ctx, ge=MIN_CONTEXT)
     gpu_memory_bytes: int = Field(0, ge=0)
     # The target mixes attention with recurrent layers: said to the user.
     hybrid: bool = False
@@ -153,7 +153,7 @@ class BuiltinPair(UserPair):
     draft: BuiltinFile | None
     draft_max: int = Field(ge=1, le=DRAFT_MAX_LIMIT)
     p_min: float
-    context: int = Field(ge=64)
+    context: int = Field(ge=MIN_CONTEXT)
     gpu_memory_bytes: int = Field(ge=1)
     hybrid: bool
 

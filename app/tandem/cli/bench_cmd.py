@@ -90,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def bench(opts: BenchOptions) -> int:
     if opts.runs < 1:
         raise TandemError("--runs must be at least 1")
-    opts.choices.validate()
+    opts.options.validate_all()
     # Before minutes of benchmark: an output nowhere to be written is refused now, not after.
     _check_output(opts.json, "--json")
     _check_output(opts.chart, "--chart")
@@ -101,7 +101,7 @@ def bench(opts: BenchOptions) -> int:
         prompts = [p for p in prompts if p.category in opts.categories]
         if not prompts:
             raise TandemError(f"no prompts in the categories {', '.join(opts.categories)}")
-    drafters = parse_drafters(opts.compare, opts.choices.drafter)
+    drafters = parse_drafters(opts.compare, opts.options.drafter)
     settings: list[BenchSetting] = []
 
     def read_settings(ref: PairRef, base: GenerationConfig) -> None:
@@ -110,7 +110,7 @@ def bench(opts: BenchOptions) -> int:
     fetch = terminal_fetch(yes=opts.yes)
     with open_pair(
         opts.models,
-        opts.choices,
+        opts.options,
         fetch=fetch,
         drafters=sorted(drafters),
         raw=opts.raw,

@@ -9,7 +9,6 @@ and --threads override the saved settings for this session only.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,16 +59,8 @@ def app_for(opts: ChatOptions, **app_options: Any) -> TandemApp:
             request, DraftNeeds(use_draft=True), fetch=terminal_fetch(yes=opts.yes), check=False
         )
     app = TandemApp(pair=pair, **app_options)
-    settings = app.settings
-    if opts.n_ctx is not None:
-        settings = replace(settings, n_ctx=opts.n_ctx)
-    if opts.n_gpu_layers is not None:
-        settings = replace(settings, n_gpu_layers=opts.n_gpu_layers)
-    if opts.n_threads is not None:
-        settings = replace(settings, n_threads=opts.n_threads)
-    if opts.rpc_servers is not None:
-        settings = replace(settings, rpc_servers=",".join(opts.rpc_servers))
-    settings.validate()
+    settings = app.settings.updated(**opts.options.chosen())
+    settings.validate_all()
     app.settings = settings
     return app
 

@@ -41,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tandem.cli.options import options_for
     from tandem.engine import TandemError
 
-    handler, options = options_for(args)
     try:
+        handler, options = options_for(args)  # (a bad value is a TandemError: one line)
         return int(handler(options) or 0)
     except TandemError as exc:
         print(f"tandem: error: {exc}", file=sys.stderr)

@@ -3,44 +3,25 @@ typed options. The argparse Namespace stays in this module: each command's handl
 its own frozen dataclass (RunOptions, BenchOptions, ...), built here by `options_for`.
 
 Defaults are not written here: an option left unset stays None, and the session layer
-(app/session/choices.py) fills it from the catalog pair or the engine's defaults.
+(app/session/options.py) fills it from the catalog pair or the engine's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tandem.engine import (
-    ADAPTIVE_K_MAX,
-    DRAFT_MAX_LIMIT,
-    FIXED_K,
-    RPC_PORT_DEFAULT,
-    GenerationConfig,
-    LoadOptions,
-    SamplerSettings,
-    drafter_choices,
-    drafter_help,
-)
-from tandem.session.choices import Choices
+from tandem.session.options import Group, Options, base_type, fields_with, opt
 from tandem.session.refs import PairRequest
-
-_SAMPLER = SamplerSettings()
-_LOAD = LoadOptions()
 
 
 # ------------------------------------------------------------------------------ flags
 def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     """The model and loading flags; `app`: for `tandem chat`, whose defaults are the app's
     settings (and a flag changes them for this session only)."""
-    default_ctx = "the app's settings" if app else f"the --pair's, else {_LOAD.n_ctx}"
-    default_gpu = "the app's settings" if app else "-1"
-    default_threads = (
-        "the app's settings" if app else "all logical CPUs up to 4, half of them above that, at most 8"
-    )
     g = p.add_argument_group("models")
     g.add_argument("--target", metavar="PATH", type=Path, help="target GGUF (the model whose output you get)")
     g.add_argument(
@@ -59,155 +40,97 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     g.add_argument(
         "-y", "--yes", action="store_true", help="download a --pair that is missing without asking"
     )
-    g.add_argument(
-        "--ctx", type=int, default=None, metavar="N", help=f"context size in tokens (default: {default_ctx})"
-    )
-    g.add_argument(
-        "--gpu-layers",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"layers to put on the GPU: -1 all, 0 none (default: {default_gpu})",
-    )
-    g.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"CPU threads, at most the logical CPUs (default: {default_threads})",
-    )
-    default_rpc = "the app's settings" if app else "none: the target runs on this machine"
-    g.add_argument(
-        "--rpc",
-        metavar="HOST:PORT[,HOST:PORT...]",
-        default=None,
-        help="spread the target's layers over these llama.cpp rpc-server hosts (port "
-        f"{RPC_PORT_DEFAULT} by default there); the draft stays on this machine. rpc-server has no "
-        f"authentication: trusted networks only (default: {default_rpc})",
-    )
+    add_option_flags(g, "models", said_default="the app's settings" if app else None)
 
 
-def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None) -> None:
+def add_generation_options(
+    p: argparse.ArgumentParser, *, max_tokens: int | None, without: tuple[str, ...] = ()
+) -> None:
     """The generation flags; `max_tokens` None: no limit but the context's (tandem serve)."""
     g = p.add_argument_group("generation")
-    g.add_argument(
-        "-n",
-        "--max-tokens",
-        type=int,
-        default=max_tokens,
-        metavar="N",
-        help=f"most tokens to generate ({'until the context is full' if max_tokens is None else max_tokens})",
-    )
-    g.add_argument(
-        "--temp",
-        type=float,
-        default=_SAMPLER.temperature,
-        metavar="T",
-        help="temperature; 0 = greedy (default)",
-    )
-    g.add_argument(
-        "--top-k",
-        type=int,
-        default=_SAMPLER.top_k,
-        metavar="K",
-        help=f"top-k when sampling ({_SAMPLER.top_k}; 0 = off)",
-    )
-    g.add_argument(
-        "--top-p",
-        type=float,
-        default=_SAMPLER.top_p,
-        metavar="P",
-        help=f"top-p when sampling ({_SAMPLER.top_p})",
-    )
-    g.add_argument(
-        "--min-p",
-        type=float,
-        default=_SAMPLER.min_p,
-        metavar="P",
-        help=f"min-p when sampling ({_SAMPLER.min_p})",
-    )
-    g.add_argument("--seed", type=int, default=None, metavar="S", help="random seed for sampling")
-    g.add_argument(
-        "--draft-max",
-        type=int,
-        default=None,
-        metavar="K",
-        help=f"most tokens drafted per round, max {DRAFT_MAX_LIMIT}: adaptive drafting picks 0..K each "
-        f"round (default: the --pair's, else {ADAPTIVE_K_MAX}); with --no-adaptive, or a --seed when "
-        f"sampling, exactly K (default {FIXED_K})",
-    )
-    g.add_argument(
-        "--drafter",
-        choices=drafter_choices(),
-        default=GenerationConfig.drafter,
-        help=f"who drafts (default: {GenerationConfig.drafter}): {drafter_help()}",
-    )
-    g.add_argument(
-        "--no-adaptive",
-        dest="adaptive",
-        action="store_false",
-        help="draft exactly K tokens every round instead of choosing K from measured speed",
-    )
-    exact = g.add_mutually_exclusive_group()
-    exact.add_argument(
-        "--exact",
-        dest="exact",
-        action="store_const",
-        const=True,
-        default=None,
-        help="require output bit-identical to the target alone's: verified rows are computed as the "
-        "target computes them one at a time (CPU, quantized weights; K at most 2 where the weights "
-        "are repacked); refused, saying why, where that is not possible. Default: exact wherever "
-        "the target allows it",
-    )
-    exact.add_argument(
-        "--no-exact",
-        dest="exact",
-        action="store_const",
-        const=False,
-        help="verify with llama.cpp's fastest kernels: the output may differ from the target alone's "
-        "at near-ties (its batched rows round differently)",
-    )
-    g.add_argument(
-        "--p-min",
-        type=float,
-        default=None,
-        metavar="P",
-        help="stop drafting when the draft's confidence drops below P (default: the --pair's, else "
-        f"{GenerationConfig.p_min})",
-    )
-    g.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT", help="stop when this text appears (repeatable)"
-    )
+    defaults = {} if max_tokens is None else {"max_tokens": max_tokens}
+    said = {} if max_tokens is not None else {"max_tokens": "until the context is full"}
+    add_option_flags(g, "generation", defaults=defaults, said=said, without=without)
+
+
+def add_option_flags(
+    g: argparse._ArgumentGroup,
+    group: Group,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    said: Mapping[str, str] | None = None,
+    said_default: str | None = None,
+    without: tuple[str, ...] = (),
+) -> None:
+    """A flag for each option of `group` that has one (session/options.py declares them). A
+    flag left out is not in the namespace at all (SUPPRESS): the option is not chosen, and the
+    pair's value or the default applies (`defaults`: the command's own, e.g. -n 256)."""
+    defaults, said = defaults or {}, said or {}
+    for name, o in fields_with("flag"):
+        if o.group != group or name in without:
+            continue
+        default = defaults.get(name, argparse.SUPPRESS)
+        shown = said_default or said.get(name) or _default_text(name, defaults)
+        flags = [f for f in (o.short, o.flag) if f]
+        kind = base_type(name)
+        if kind is bool:  # --exact / --no-exact: both set one value
+            pair = g.add_mutually_exclusive_group()
+            pair.add_argument(
+                *flags,
+                dest=name,
+                action="store_const",
+                const=True,
+                default=default,
+                help=f"{o.help or o.hint} (default: {shown})",
+            )
+            if o.off:
+                pair.add_argument(o.off, dest=name, action="store_const", const=False, help=o.off_help)
+        elif kind is tuple and not o.commas:
+            g.add_argument(
+                *flags, dest=name, action="append", default=default, metavar=o.metavar, help=o.help or o.hint
+            )
+        else:
+            choices = [str(v) for _, v in o.choices] if o.choices else None
+            g.add_argument(
+                *flags,
+                dest=name,
+                type=str if kind is tuple else kind,
+                default=default,
+                metavar=None if choices else o.metavar,
+                choices=choices,
+                help=f"{o.help or o.hint} (default: {shown})",
+            )
+    for name, o in fields_with("off"):  # a switch with only an "off" flag (--no-adaptive)
+        if o.group == group and not o.flag and o.off and name not in without:
+            g.add_argument(
+                o.off, dest=name, action="store_const", const=False, default=argparse.SUPPRESS, help=o.help
+            )
+
+
+def _default_text(name: str, defaults: Mapping[str, Any]) -> str:
+    if name in defaults:
+        return str(defaults[name])
+    if opt(name).unset:
+        return opt(name).unset
+    value = Options.model_fields[name].default
+    return "none" if value is None or value == () else str(value).lower()
+
+
+def given_options(args: argparse.Namespace) -> Options:
+    """The options given on the command line (only those: the rest are not chosen)."""
+    return Options.parse({name: getattr(args, name) for name in Options.model_fields if hasattr(args, name)})
 
 
 def add_think_option(p: argparse.ArgumentParser) -> None:
     """--think / --no-think: a thinking model's reasoning on or off (default: the model's own)."""
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--think",
-        dest="think",
-        action="store_const",
-        const=True,
-        default=None,
-        help="a thinking model reasons before it answers, where its chat template can be told to "
-        "(default: the model's own choice)",
-    )
-    g.add_argument(
-        "--no-think",
-        dest="think",
-        action="store_const",
-        const=False,
-        help="a thinking model answers without reasoning (enable_thinking=false); one whose template "
-        "cannot be told still reasons, and its reasoning is hidden",
-    )
+    add_option_flags(p.add_argument_group("thinking"), "thinking")
 
 
 # ------------------------------------------------------------------------------ typed options
 @dataclass(frozen=True)
 class RunOptions:
     models: PairRequest
-    choices: Choices
+    options: Options  # those given (the pair's and the defaults apply to the rest)
     yes: bool
     prompt: str  # the text, or "-" for standard input
     baseline: bool
@@ -220,7 +143,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class BenchOptions:
     models: PairRequest
-    choices: Choices
+    options: Options  # those given (the pair's and the defaults apply to the rest)
     yes: bool
     prompts: tuple[Path, ...]
     categories: tuple[str, ...]
@@ -235,7 +158,7 @@ class BenchOptions:
 @dataclass(frozen=True)
 class ServeOptions:
     models: PairRequest
-    choices: Choices
+    options: Options  # those given (the pair's and the defaults apply to the rest)
     yes: bool
     baseline: bool
     host: str
@@ -254,10 +177,7 @@ class ChatOptions:
     models: PairRequest
     yes: bool
     # Loading options for this session only (the app's saved settings are not changed).
-    n_ctx: int | None
-    n_gpu_layers: int | None
-    n_threads: int | None
-    rpc_servers: tuple[str, ...] | None
+    options: Options
 
 
 @dataclass(frozen=True)
@@ -283,38 +203,10 @@ def _models(args: argparse.Namespace) -> PairRequest:
     return PairRequest(pair=args.pair, target=args.target, draft=args.draft, catalog=args.catalog)
 
 
-def _choices(args: argparse.Namespace) -> Choices:
-    return Choices(
-        max_tokens=args.max_tokens,
-        draft_max=args.draft_max,
-        adaptive=args.adaptive,
-        drafter=args.drafter,
-        p_min=args.p_min,
-        sampler=SamplerSettings(
-            temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
-        ),
-        stop=tuple(args.stop),
-        n_ctx=args.ctx,
-        n_gpu_layers=args.gpu_layers,
-        n_threads=args.threads,
-        rpc_servers=_servers(args.rpc) or (),
-        think=getattr(args, "think", None),
-        exact=args.exact,
-    )
-
-
-def _servers(text: str | None) -> tuple[str, ...] | None:
-    """--rpc's list, split only: each entry is checked with the other loading options
-    (LoadOptions.validate), so a bad one is the same one-line error everywhere."""
-    if text is None:
-        return None
-    return tuple(s.strip() for s in text.split(",") if s.strip())
-
-
 def run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         _models(args),
-        _choices(args),
+        given_options(args),
         args.yes,
         args.prompt,
         args.baseline,
@@ -328,7 +220,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 def bench_options(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(
         _models(args),
-        _choices(args),
+        given_options(args),
         args.yes,
         tuple(args.prompts),
         tuple(args.category),
@@ -344,7 +236,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     return ServeOptions(
         _models(args),
-        _choices(args),
+        given_options(args),
         args.yes,
         args.baseline,
         args.host,
@@ -361,8 +253,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:
     if not hasattr(args, "target"):  # plain `tandem`: no chat flags were parsed
-        return ChatOptions(PairRequest(), False, None, None, None, None)
-    return ChatOptions(_models(args), args.yes, args.ctx, args.gpu_layers, args.threads, _servers(args.rpc))
+        return ChatOptions(PairRequest(), False, Options())
+    return ChatOptions(_models(args), args.yes, given_options(args))
 
 
 def pairs_options(args: argparse.Namespace) -> PairsOptions:

@@ -85,27 +85,27 @@ def read_prompt(arg: str) -> str:
 
 def run(opts: RunOptions) -> int:
     speculative = not opts.baseline
-    choices = opts.choices
-    choices.validate()
+    options = opts.options
+    options.validate_all()
     text = read_prompt(opts.prompt)
     fetch = terminal_fetch(yes=opts.yes)
     colours = OriginCodes(terminal(sys.stdout, opts.color))  # (the answer's: the legend says them)
 
-    with open_pair(opts.models, choices, fetch=fetch, speculative=speculative, raw=opts.raw) as opened:
+    with open_pair(opts.models, options, fetch=fetch, speculative=speculative, raw=opts.raw) as opened:
         pair, cfg = opened.pair, opened.config
         exact = exact_note(pair, cfg)
         for note in opened.notes:
             print(f"note: {note}", file=sys.stderr)
-        if speculative and not opts.json and (drafting := no_draft_note(pair, choices.drafter)):
+        if speculative and not opts.json and (drafting := no_draft_note(pair, options.drafter)):
             print(f"note: {drafting}", file=sys.stderr)
         if exact and speculative and not opts.json:
             print(f"note: {exact}", file=sys.stderr)
         chat = build_text(
-            pair, text, raw=opts.raw, system=opts.system, think=choices.think, within_context=True
+            pair, text, raw=opts.raw, system=opts.system, think=options.think, within_context=True
         )
         prompt, cfg = chat.tokens, with_reasoning(cfg, chat)
         if not opts.raw:
-            notes = [thinking_note(pair, choices.think)]
+            notes = [thinking_note(pair, options.think)]
             notes.append(system_folded_note(pair) if chat.system_folded else None)
             for note in filter(None, notes):
                 print(f"note: {note}", file=sys.stderr)
@@ -114,7 +114,7 @@ def run(opts: RunOptions) -> int:
             print(legend(colours, speculative), file=sys.stderr)
         # The reasoning is shown (on standard error, dimmed) unless thinking was turned off and
         # the model reasons anyway (its template has no switch).
-        shown = None if choices.think is False else sys.stderr
+        shown = None if options.think is False else sys.stderr
         writer = None if opts.json else TokenWriter(sys.stdout, colours, shown)
         try:
             with interrupt_sets(cancel), Runner.open(pair) as runner:
@@ -131,7 +131,7 @@ def run(opts: RunOptions) -> int:
                 "drafter": out.stats.drafter,
                 "p_min": cfg.p_min,
                 "context": pair.context_size,
-                "think": choices.think,  # null: the model's default
+                "think": options.think,  # null: the model's default
                 "exact": out.stats.exact,  # (as run: `--exact` where the target allows it)
             }
             files = [pair.target] + ([pair.draft] if pair.draft else [])

@@ -163,7 +163,7 @@ def serve(opts: ServeOptions) -> int:
         raise TandemError("the body limit (--max-body) must be a positive number of MiB")
     if opts.parallel is not None and not 1 <= opts.parallel <= MAX_SEQUENCES:
         raise TandemError(f"--parallel must be between 1 and {MAX_SEQUENCES}")
-    choices = opts.choices
+    options = opts.options
     speculative = not opts.baseline
     sockets: list[socket.socket] = []
     said: list[str] = []
@@ -179,7 +179,7 @@ def serve(opts: ServeOptions) -> int:
     try:
         with open_pair(
             opts.models,
-            choices,
+            options,
             fetch=terminal_fetch(yes=opts.yes),
             speculative=speculative,
             raw_hint=False,
@@ -192,7 +192,7 @@ def serve(opts: ServeOptions) -> int:
             name = opts.name or model_id(ref)
             settings = ServeSettings(
                 model_id=name,
-                choices=choices,
+                options=options,
                 speculative=speculative,
                 api_key=opts.api_key,
                 max_waiting=opts.queue,
@@ -207,7 +207,7 @@ def serve(opts: ServeOptions) -> int:
             shown = f"[{host}]" if ":" in host else host
 
             def ready() -> None:
-                how = drafted_by(pair, choices.drafter, speculative=speculative)
+                how = drafted_by(pair, options.drafter, speculative=speculative)
                 print(f"tandem serve: {name} ({how}) at http://{shown}:{port}/v1", file=sys.stderr)
                 for line in said:
                     print(f"tandem serve: {line}", file=sys.stderr)

@@ -2,7 +2,7 @@
 shares.
 
 The CLI, the app, the benchmark and the catalog all start from these defaults; a catalog pair
-or a user's own choice overrides them (app/session/choices.py layers them, once). No llama.cpp
+or a user's own choice overrides them (app/session/options.py layers them, once). No llama.cpp
 here: the catalog imports this module without loading the bindings.
 """
 

@@ -15,13 +15,12 @@ Numbers must be finite (JSON's NaN and Infinity, which Python reads, are refused
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from tandem.engine import RESERVED_VARIABLES, ChatMessage, check_stops, think_from_variables
-from tandem.session.choices import Choices
+from tandem.engine import RESERVED_VARIABLES, ChatMessage, think_from_variables
+from tandem.session.options import Options, fields_with, from_request, layered, request_fields
 
 from .errors import bad_request
 
@@ -76,25 +75,26 @@ class Message(BaseModel):
         return ChatMessage(role, content or "", reasoning or "")
 
 
-class _Sampling(BaseModel):
+# The options a request may set (max_tokens, temperature, top_p, top_k, min_p, seed, stop and
+# Tandem's own `exact`), with the types, bounds and checks the options declare
+# (session/options.py): each optional, left out meaning the server's.
+_REQUEST_OPTIONS = frozenset(name for name, _ in fields_with("request"))
+if TYPE_CHECKING:
+    _RequestOptions = BaseModel
+else:
+    _RequestOptions = create_model(
+        "_RequestOptions", __config__=ConfigDict(extra="ignore", strict=True), **request_fields()
+    )
+
+
+class _Sampling(_RequestOptions):
     """The fields chat and text completions share."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0, allow_inf_nan=False)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0.0, lt=1.0, allow_inf_nan=False)
-    seed: int | None = None
-    stop: Any = None  # a string or a list of strings
     stream: bool = False
     stream_options: StreamOptions | None = None
-    # Tandem's own: output bit-identical to the target alone's (`tandem run --exact`): true
-    # requires it (refused with the reason where it is not possible), false turns it off; left
-    # out, the server's choice (by default: wherever the target allows it).
-    exact: bool | None = None
     # Refused unless they ask for nothing (see the module's docstring).
     n: int | None = None
     logprobs: Any = None
@@ -104,17 +104,6 @@ class _Sampling(BaseModel):
     # name for a caller): only those left by requests with the same value (see cache_group).
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_CACHE_KEY)
     user: str | None = Field(default=None, max_length=MAX_CACHE_KEY)
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, v: Any) -> str | list[str] | None:
-        if v is None:
-            return None
-        stops = [v] if isinstance(v, str) else v
-        if not isinstance(stops, list):
-            raise ValueError("must be a string or a list of strings")
-        check_stops(stops)  # (the CLI's --stop keeps the same rule)
-        return [str(s) for s in stops]
 
     def unsupported(self) -> None:
         """Refuse what the request asks for that Tandem cannot do."""
@@ -139,26 +128,13 @@ class _Sampling(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def choices(self, base: Choices, max_tokens: int | None) -> Choices:
-        """The server's choices with this request's fields over them."""
-        s = base.sampler
-        sampler = replace(
-            s,
-            temperature=s.temperature if self.temperature is None else float(self.temperature),
-            top_p=s.top_p if self.top_p is None else float(self.top_p),
-            top_k=s.top_k if self.top_k is None else self.top_k,
-            min_p=s.min_p if self.min_p is None else float(self.min_p),
-            seed=s.seed if self.seed is None else self.seed,
-        )
-        stop = base.stop if self.stop is None else tuple(self.stop)
-        limit = max_tokens if max_tokens is not None else self.max_tokens
-        return replace(
-            base,
-            sampler=sampler,
-            stop=stop,
-            max_tokens=limit if limit is not None else base.max_tokens,
-            exact=base.exact if self.exact is None else self.exact,
-        )
+    def options(self, base: Options, max_tokens: int | None) -> Options:
+        """The server's options with this request's over them (`max_tokens`: the request's
+        newer name for it, which wins)."""
+        asked = self.model_dump(include=set(_REQUEST_OPTIONS))
+        if max_tokens is not None:
+            asked["max_tokens"] = max_tokens
+        return layered(base, from_request(asked))
 
 
 # chat_template_kwargs: variables for the chat template, as llama-server and vLLM take them
@@ -224,8 +200,8 @@ class ChatCompletionRequest(_Sampling):
                 param="response_format",
             )
 
-    def request_choices(self, base: Choices) -> Choices:
-        return self.choices(base, self.max_completion_tokens)
+    def request_options(self, base: Options) -> Options:
+        return self.options(base, self.max_completion_tokens)
 
     def chat_messages(self) -> list[ChatMessage]:
         return [m.as_chat_message() for m in self.messages]
@@ -260,5 +236,5 @@ class CompletionRequest(_Sampling):
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else str(self.prompt[0])
 
-    def request_choices(self, base: Choices) -> Choices:
-        return self.choices(base, None)
+    def request_options(self, base: Options) -> Options:
+        return self.options(base, None)

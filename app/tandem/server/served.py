@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import Request, Response
 
 from tandem.engine import ChatTemplateError, ContextOverflowError, ReasoningSplit, TandemError
-from tandem.session.choices import Choices, generation_config
 from tandem.session.drafting import drafts_itself
+from tandem.session.options import Options
 from tandem.session.runner import Runner
 
 from .chunks import Answer, Kind
@@ -84,7 +84,7 @@ class Served:
                 # The kinds its engine drafts with (auto ranks them): with several sequences,
                 # those that draft for several.
                 "drafters": self.slot.runner.kinds,
-                "drafter": settings.choices.drafter if settings.speculative else "",
+                "drafter": settings.options.drafter if settings.speculative else "",
                 "speculative": settings.speculative,
                 "context": pair.context_size,
             },
@@ -115,16 +115,16 @@ class Served:
         request: Request,
         kind: Kind,
         prompt: Sequence[int],
-        choices: Choices,
+        options: Options,
         body: ChatCompletionRequest | CompletionRequest,
         reasoning: ReasoningSplit | None = None,
     ) -> Response:
         """The engine's checks now (not after waiting for the pair), a place in the queue, then
         the answer streamed or whole."""
         settings, slot = self.settings, self.slot
-        if choices.max_tokens is None:  # not asked for, here or by the server: until the context is full
-            choices = replace(choices, max_tokens=self.pair.context_size)
-        config = replace(generation_config(choices, settings.spec), reasoning=reasoning)
+        if options.max_tokens is None:  # not asked for, here or by the server: until the context is full
+            options = options.updated(max_tokens=self.pair.context_size)
+        config = replace(options.generation_config(settings.spec), reasoning=reasoning)
         try:
             config = slot.prepare(prompt, config, speculative=settings.speculative)
         except ContextOverflowError as exc:

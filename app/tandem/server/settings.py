@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.session.choices import Choices
+from tandem.session.options import Options
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,7 @@ class ServeSettings:
     """What `tandem serve` was started with."""
 
     model_id: str  # the name clients use (`model`), listed by /v1/models
-    choices: Choices  # the server's generation settings, which request fields override
+    options: Options  # the server's options (its flags), which a request's fields override
     speculative: bool = True  # False: the target alone (--baseline)
     api_key: str | None = None
     max_waiting: int = 32

@@ -4,8 +4,8 @@ two files on disk, resolved the same way for every front-end; and opening them.
 A front-end describes what the user asked for as a `PairRequest` and passes in how to fetch
 missing files (`Fetch`: the CLI asks on the terminal and draws progress bars; the app has its
 own download panel). The result is a `PairRef` (refs.py): the files, and the catalog entry they
-came from, whose settings then apply (choices.py). `open_pair` is the whole setup the command
-line's run, serve and bench share: choices checked, the pair resolved, its config, the models
+came from, whose settings then apply (options.py). `open_pair` is the whole setup the command
+line's run, serve and bench share: options checked, the pair resolved, its config, the models
 loaded, the notes to show.
 """
 
@@ -20,7 +20,7 @@ from tandem.engine.config import DrafterChoice, GenerationConfig, LoadOptions
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
 from tandem.engine.errors import TandemError
-from tandem.session.choices import Choices, generation_config, load_options
+from tandem.session.options import Options
 from tandem.session.preflight import preflight
 from tandem.session.prompts import pair_notes
 from tandem.session.refs import DraftNeeds, Fetch, PairRef, PairRequest, file_kind
@@ -98,7 +98,7 @@ def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
 @dataclass
 class OpenPair:
     """A pair opened for a front-end: its files, the models, the generation config the user's
-    choices make over the pair's settings, and what to tell the user before it runs."""
+    options make over the pair's settings, and what to tell the user before it runs."""
 
     ref: PairRef
     pair: ModelPair
@@ -119,7 +119,7 @@ class OpenPair:
 
 def open_pair(
     request: PairRequest,
-    choices: Choices,
+    options: Options,
     *,
     fetch: Fetch,
     drafters: Sequence[DrafterChoice] = (),
@@ -129,25 +129,25 @@ def open_pair(
     before_load: Callable[[PairRef, GenerationConfig], None] | None = None,
     sequences: Callable[[PairRef, LoadOptions], int] | None = None,
 ) -> OpenPair:
-    """The setup every command-line front-end shares: the choices checked, the pair resolved
+    """The setup every command-line front-end shares: the options checked, the pair resolved
     (downloaded through `fetch`, checked by the preflight) for drafting with `drafters` (one
-    or several; default: the choices' own), its generation config, exact output refused where
+    or several; default: the options' own), its generation config, exact output refused where
     asked for and not possible, the models loaded, and the notes to show. `before_load` runs
     just before loading, with the pair and its config (the server binds its socket there, the
     bench reads its settings). `raw`: the text goes in as written, so a missing chat template
     is no news; `raw_hint`: the front-end has --raw to suggest. `sequences`: how many sequences
     the models' contexts hold (the server's --parallel), decided from the pair and its options."""
-    choices.validate()
+    options.validate_all()
     ref = resolve_pair(
-        request, DraftNeeds.of(drafters or [choices.drafter], speculative=speculative), fetch=fetch
+        request, DraftNeeds.of(drafters or [options.drafter], speculative=speculative), fetch=fetch
     )
-    config = generation_config(choices, ref.spec)
+    config = options.generation_config(ref.spec)
     if before_load is not None:
         before_load(ref, config)
-    options = load_options(choices, ref.spec)
+    loading = options.load_options(ref.spec)
     if sequences is not None:
-        options = replace(options, n_seq=sequences(ref, options))
-    pair = load_pair(ref, options)
+        loading = replace(loading, n_seq=sequences(ref, loading))
+    pair = load_pair(ref, loading)
     try:
         pair.exact_config(config)  # (--exact where the target cannot give it: refused now, once)
         notes = [*pair_notes(pair, raw=raw, raw_hint=raw_hint), *found_notes(ref, pair)]

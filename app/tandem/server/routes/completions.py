@@ -24,9 +24,9 @@ Server = Annotated[Served, Depends(served)]
 async def chat_completions(body: ChatCompletionRequest, request: Request, server: Server) -> Response:
     body.unsupported()
     server.check_model(body.model)
-    pair, choices = server.pair, server.settings.choices
+    pair, options = server.pair, server.settings.options
     messages = body.chat_messages()
-    think = body.think(choices.think)
+    think = body.think(options.think)
     variables = body.chat_template_kwargs
 
     def build(cancel: threading.Event) -> ChatPrompt:
@@ -40,7 +40,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, server
         return Response(status_code=499)  # nobody reads it: the client left
     if chat.system_folded:
         server.tell_once("system", system_folded_note(pair))
-    asked = body.request_choices(choices)
+    asked = body.request_options(options)
     return await server.answer(request, "chat", chat.tokens, asked, body, chat.reasoning)
 
 
@@ -56,4 +56,4 @@ async def completions(body: CompletionRequest, request: Request, server: Server)
         prompt = await server.prompt(request, lambda _: pair.raw_prompt(text, within_context=True), "prompt")
     except ClientGone:
         return Response(status_code=499)
-    return await server.answer(request, "text", prompt, body.request_choices(server.settings.choices), body)
+    return await server.answer(request, "text", prompt, body.request_options(server.settings.options), body)

@@ -228,7 +228,9 @@ class ChatScreen(StreamingScreen):
         self.conv.pair = app.loaded.ref.label
         self.live = LiveStats()
         self._failed = False
-        self._prompt = fitting = FittingChatPrompt(messages, app.settings.max_tokens, think=self.think)
+        self._prompt = fitting = FittingChatPrompt(
+            messages, app.settings.generation_config().max_tokens, think=self.think
+        )
 
         def prompt(pair: ModelPair) -> ChatPrompt:
             fitting(pair)

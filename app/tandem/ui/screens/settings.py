@@ -1,8 +1,9 @@
-"""Settings: drafting, sampling, lengths and loading options, saved as TOML on Save."""
+"""Settings: every option the schema puts on the screen (session/options.py), saved as TOML on
+Save. Each row is made from its option: a switch for on/off, a select where it has choices,
+an input otherwise (empty where it may be left out: not chosen)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from textual import on
@@ -12,77 +13,29 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from tandem.engine import (
-    ADAPTIVE_K_MAX,
-    AUTO_DRAFTER,
-    DRAFT_MAX_LIMIT,
-    FIXED_K,
-    LoadOptions,
-    TandemError,
-    drafter_choices,
-    drafter_label,
-)
+from tandem.engine import TandemError
+from tandem.session.options import Opt, base_type, fields_with, optional
 from tandem.ui.settings import Settings
 
-DRAFTER_LABELS: dict[str, str] = {
-    AUTO_DRAFTER: "auto (the fastest)",
-    **{name: drafter_label(name) for name in drafter_choices() if name != AUTO_DRAFTER},
-}
-
-# (field, label, input type, hint)
-FIELDS: list[tuple[str, str, str, str]] = [
-    (
-        "draft_max",
-        "K (draft max)",
-        "integer",
-        f"most guesses per round, 0..{DRAFT_MAX_LIMIT}; empty = the pair's, else {ADAPTIVE_K_MAX} "
-        f"adaptive / {FIXED_K} fixed",
-    ),
-    ("adaptive", "Adaptive drafting", "switch", "on: K chosen each round (≤ K max); off: always K"),
-    ("exact", "Exact output", "switch", "on: bit-identical to the target alone where possible (CPU)"),
-    ("drafter", "Drafter", "select", f"one kind, or {AUTO_DRAFTER}: the fastest the pair offers, each round"),
-    ("temperature", "Temperature", "number", "0 = greedy: the output is then exactly reproducible"),
-    ("top_p", "Top-p", "number", "nucleus sampling, (0, 1]; 1 = off"),
-    ("top_k", "Top-k", "integer", "0 = off"),
-    ("min_p", "Min-p", "number", "[0, 1); 0 = off"),
-    ("seed", "Seed", "integer", "empty = random; a seeded sampling run repeats exactly"),
-    ("max_tokens", "Max tokens", "integer", "longest answer"),
-    (
-        "n_ctx",
-        "Context size",
-        "integer",
-        f"tokens; empty = the pair's, else {LoadOptions.n_ctx}; applies on the next load",
-    ),
-    ("n_gpu_layers", "GPU layers", "integer", "-1 = all, 0 = CPU only; applies on the next load"),
-    ("n_threads", "CPU threads", "integer", "empty = chosen from the CPU count; applies on the next load"),
-    (
-        "rpc_servers",
-        "RPC servers",
-        "servers",
-        "HOST:PORT,...: the target's layers run there (rpc-server, trusted networks only); "
-        "empty = here; applies on the next load",
-    ),
-    ("think", "Thinking", "select", "reasoning models: think before answering? F5 switches one chat"),
-    ("system_prompt", "System prompt", "text", "for new chats (Ctrl+G edits the current one)"),
-]
-
-# A select's options: (label, value) as the form shows them. Select has no None value, so the
-# thinking setting's None ("the model's default") is the string "default" in the form.
-THINK_VALUES: dict[str, bool | None] = {"default": None, "on": True, "off": False}
-SELECT_OPTIONS: dict[str, list[tuple[str, str]]] = {
-    "drafter": [(label, v) for v, label in DRAFTER_LABELS.items()],
-    "think": [("the model's default", "default"), ("on", "on"), ("off", "off")],
-}
+# The options on the screen, in the schema's order.
+FIELDS: list[tuple[str, Opt]] = [(name, o) for name, o in fields_with("screen")]
 
 
-def _form_value(name: str, value: Any) -> Any:
-    if name == "think":
-        return next(k for k, v in THINK_VALUES.items() if v is value)
-    return value
+def _hint(name: str, o: Opt) -> str:
+    parts = [o.hint]
+    if optional(name) and o.unset and not o.choices:
+        parts.append(f"empty = {o.unset}")
+    if o.reload:
+        parts.append("applies on the next load")
+    return "; ".join(parts)
 
 
-# Fields that may be left empty: not chosen (the pair's value or the default; see Settings).
-OPTIONAL = ("draft_max", "seed", "n_ctx", "n_threads")
+def _key(value: object) -> str:
+    """A select's value as the form holds it: a name as it is; Select has no None, so the
+    three-way switches (think, exact) hold "default", "on" and "off"."""
+    if isinstance(value, str):
+        return value
+    return "default" if value is None else "on" if value else "off"
 
 
 class SettingsScreen(ModalScreen[Settings | None]):
@@ -100,29 +53,26 @@ class SettingsScreen(ModalScreen[Settings | None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
             scroll.border_title = "Settings · Ctrl+S saves · Esc cancels"
-            for name, label, kind, hint in FIELDS:
+            for name, o in FIELDS:
                 value: Any = getattr(self.settings, name)
+                kind = base_type(name)
                 with Horizontal(classes="row"):
-                    yield Label(label)
-                    if kind == "switch":
+                    yield Label(o.label)
+                    if o.choices:
+                        options = [(label, _key(v)) for label, v in o.choices]
+                        yield Select(options, value=_key(value), allow_blank=False, id=name)
+                    elif kind is bool:
                         yield Switch(value=bool(value), id=name)
-                    elif kind == "select":
-                        yield Select(
-                            SELECT_OPTIONS[name],
-                            value=_form_value(name, value),
-                            allow_blank=False,
-                            id=name,
-                        )
                     else:
-                        text = "" if value is None else str(value)
+                        text = "" if value is None else ",".join(value) if kind is tuple else str(value)
                         yield Input(
                             text,
                             id=name,
-                            type=kind if kind in ("integer", "number") else "text",  # type: ignore[arg-type]
-                            classes="-wide" if kind in ("text", "servers") else "",
+                            type="integer" if kind is int else "number" if kind is float else "text",
+                            classes="-wide" if kind in (str, tuple) else "",
                         )
-                    if kind != "text":
-                        yield Static(hint, classes="hint", markup=False)
+                    if kind is not str or o.choices:  # (free text gets the whole row)
+                        yield Static(_hint(name, o), classes="hint", markup=False)
             yield Static("", id="error", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Save", id="save", variant="primary")
@@ -131,28 +81,30 @@ class SettingsScreen(ModalScreen[Settings | None]):
     def read_form(self) -> Settings:
         """The settings as typed, validated; TandemError names the first bad field."""
         values: dict[str, Any] = {}
-        for name, label, kind, _ in FIELDS:
-            if kind == "switch":
+        for name, o in FIELDS:
+            kind = base_type(name)
+            if o.choices:
+                chosen = str(self.query_one(f"#{name}", Select).value)
+                values[name] = next(v for _, v in o.choices if _key(v) == chosen)
+                continue
+            if kind is bool:
                 values[name] = self.query_one(f"#{name}", Switch).value
                 continue
-            if kind == "select":
-                chosen = self.query_one(f"#{name}", Select).value
-                values[name] = THINK_VALUES[str(chosen)] if name == "think" else chosen
-                continue
-            raw = self.query_one(f"#{name}", Input).value.strip()
-            if kind == "text":
-                values[name] = self.query_one(f"#{name}", Input).value
-            elif kind == "servers":
-                values[name] = raw
-            elif name in OPTIONAL and not raw:
+            typed = self.query_one(f"#{name}", Input).value
+            raw = typed.strip()
+            if kind is str:
+                values[name] = typed
+            elif kind is tuple:
+                values[name] = raw  # (split at commas and checked by the option)
+            elif optional(name) and not raw:
                 values[name] = None
             else:
                 try:
-                    values[name] = int(raw) if kind == "integer" else float(raw)
+                    values[name] = int(raw) if kind is int else float(raw)
                 except ValueError:
-                    raise TandemError(f"{label}: '{raw}' is not a number") from None
-        settings = replace(self.settings, **values)
-        settings.validate()
+                    raise TandemError(f"{o.label}: '{raw}' is not a number") from None
+        settings = self.settings.updated(**values)
+        settings.validate_all()
         return settings
 
     @on(Button.Pressed, "#save")
