@@ -27,7 +27,6 @@ from .drafters.policy import AdaptivePolicy, CostModel, FixedPolicy
 from .drafters.registry import AUTO as AUTO_DRAFTER
 from .drafters.registry import across_tokenizers as drafter_across_tokenizers
 from .drafters.registry import choices as drafter_choices
-from .drafters.registry import help_text as drafter_help
 from .drafters.registry import label as drafter_label
 from .drafters.registry import names as drafter_kinds
 from .drafters.registry import own_heads as drafter_of_own_heads
@@ -150,7 +149,6 @@ __all__ = [
     "describe_state",
     "drafter_across_tokenizers",
     "drafter_choices",
-    "drafter_help",
     "drafter_kinds",
     "drafter_label",
     "drafter_of_own_heads",

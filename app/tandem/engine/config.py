@@ -185,15 +185,6 @@ class LoadOptions:
 RPC_PORT_DEFAULT = 50052
 
 
-def parse_rpc_servers(text: str) -> tuple[str, ...]:
-    """`HOST:PORT[,HOST:PORT...]` (spaces and empty entries ignored) as a tuple; TandemError
-    names the first bad entry."""
-    servers = tuple(s.strip() for s in text.split(",") if s.strip())
-    for server in servers:
-        check_rpc_server(server)
-    return servers
-
-
 def check_rpc_server(endpoint: str) -> None:
     """HOST:PORT with an IPv4 address or a host name: ggml's RPC client resolves names with
     gethostbyname and aborts the process on anything it cannot parse, so bad input is refused

@@ -1,14 +1,13 @@
 """User settings: generation and loading options, persisted as TOML in the config directory.
 
-Read with the standard library's tomllib, written with tomlkit: a change saved from the app is
-written over the file as it is, keeping the user's comments, order and keys this version does
+Read and written with tomlkit (one parse serves both): a change saved from the app is written
+over the file as it is, keeping the user's comments, order and keys this version does
 not know. Unknown keys and values of the wrong type are ignored with a note, so an old or
 hand-edited file never stops the app.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,6 @@ from tomlkit.exceptions import TOMLKitError
 from tandem.engine import TandemError, UnusableFile, read_small_bytes, read_small_text
 from tandem.session.files import LOCK_TIMEOUT_S, atomic_write_text
 from tandem.session.options import Options, base_type, sentence
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -59,17 +53,28 @@ def load_settings(path: Path) -> tuple[Settings, list[str]]:
     Each note names the file, the line and the setting. A file with problems is copied to
     `settings.toml.broken` first, because the app rewrites settings.toml when settings are
     saved: the user's hand edits are never silently lost."""
-    notes: list[str] = []
+    settings, notes, _ = _read(path)
+    return settings, notes
+
+
+def _read(path: Path) -> tuple[Settings, list[str], tomlkit.TOMLDocument | None]:
+    """load_settings, and the file as tomlkit read it (None: none, or not TOML) to write over."""
     try:
         text = read_small_text(path, MAX_SETTINGS_BYTES)  # (no pipe, link or device: small_files.py)
-        data = tomllib.loads(text)
+        doc = tomlkit.parse(text)
     except FileNotFoundError:
-        return Settings(), notes
+        return Settings(), [], None
     except UnusableFile as exc:  # (nothing to keep: reading it is the problem)
-        return Settings(), [f"{path} could not be read ({exc}); using the default settings"]
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return Settings(), [f"{path} could not be read ({exc}); using the default settings"], None
+    except (OSError, UnicodeDecodeError, TOMLKitError) as exc:
         note = f"{path} could not be read ({exc}); using the default settings"
-        return Settings(), [_keep_broken(path, note)]
+        return Settings(), [_keep_broken(path, note)], None
+    settings, notes = _checked(doc.unwrap(), text, path)
+    return settings, notes, doc
+
+
+def _checked(data: dict[str, Any], text: str, path: Path) -> tuple[Settings, list[str]]:
+    notes: list[str] = []
     values: dict[str, Any] = {}
     version = data.pop("version", None)
     for key, value in data.items():
@@ -158,19 +163,6 @@ def save_settings(path: Path, settings: Settings) -> None:
     atomic_write_text(path, settings_toml(settings))
 
 
-def _save_over(path: Path, settings: Settings) -> None:
-    """`settings` written over the file as it is (its comments and unknown keys kept); a new
-    file where it cannot be read as TOML."""
-    try:
-        doc = tomlkit.parse(read_small_text(path, MAX_SETTINGS_BYTES))
-    except (OSError, UnusableFile, UnicodeDecodeError, TOMLKitError):
-        save_settings(path, settings)
-        return
-    doc["version"] = SETTINGS_VERSION
-    _set_values(doc, settings)
-    atomic_write_text(path, tomlkit.dumps(doc))
-
-
 def save_changes(path: Path, before: Settings, after: Settings) -> Settings:
     """Write the settings that changed from `before` to `after` over the file as it is now, and
     return what the file then holds. Another instance of the app may have saved its own changes
@@ -179,11 +171,16 @@ def save_changes(path: Path, before: Settings, after: Settings) -> Settings:
     changed = {name: value for name, value in after.model_dump().items() if value != getattr(before, name)}
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
-        current, _ = load_settings(path)
+        current, _, doc = _read(path)
         try:
             merged = current.updated(**changed)
             merged.validate_all()
         except TandemError:  # valid alone, not together with the other instance's: ours whole
             merged = after
-        _save_over(path, merged)
+        if doc is None:  # none, or not TOML: a new file
+            save_settings(path, merged)
+            return merged
+        doc["version"] = SETTINGS_VERSION  # (over the file as it is: comments and unknown keys kept)
+        _set_values(doc, merged)
+        atomic_write_text(path, tomlkit.dumps(doc))
     return merged
