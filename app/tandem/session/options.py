@@ -182,10 +182,9 @@ class Options(BaseModel):
         flag="--gpu-layers", metavar="N", group="models", reload=True,
         rule="must be -1 (all), 0 (none) or a positive number")] = _LOAD.n_gpu_layers
     n_threads: Annotated[int | None, Field(ge=1), Opt(
-        "CPU threads", "threads for the CPU",
-        "CPU threads, at most the logical CPUs (left out: all of them up to 4, half of them above "
-        "that, at most 8)",
-        flag="--threads", metavar="N", group="models", reload=True, unset="chosen from the CPU count")] = None
+        "CPU threads", "threads for the CPU", "CPU threads, at most the logical CPUs",
+        flag="--threads", metavar="N", group="models", reload=True,
+        unset="from the CPU count: all up to 4, half above that, at most 8")] = None
     rpc_servers: Annotated[tuple[str, ...], BeforeValidator(_listed), AfterValidator(_checked_servers), Opt(
         "RPC servers",
         "HOST:PORT,...: the target's layers run there (rpc-server, trusted networks only); empty = here",
