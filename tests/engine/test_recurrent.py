@@ -23,11 +23,26 @@ import numpy as np
 import pytest
 
 import model_files
+from batch_helpers import Asked, fresh, running
+from batch_helpers import run as run_batch
 from run_helpers import assert_same_greedy, logit_tolerance, run
 from sampling_law import chi_square_p, exact_joint
 from tandem.cli.main import main
-from tandem.engine import ChatMessage, LoadedModel, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine import (
+    BatchEngine,
+    ChatMessage,
+    GenerationConfig,
+    LoadedModel,
+    LoadOptions,
+    ModelPair,
+    RoundEvent,
+    SamplerSettings,
+    TandemError,
+)
+from tandem.engine.drafters.lookup import KIND as LOOKUP
+from tandem.engine.drafters.model import KIND as MODEL
 from tandem.engine.drafters.policy import CostModel
+from tandem.engine.drafters.registry import RECURRENT_DRAFT
 from tandem.engine.files.gguf_file import read_gguf
 from tandem.engine.files.memory import kv_cache_bytes, recurrent_state_bytes
 from tandem.engine.llama.llama_lib import llama_cpp
@@ -280,3 +295,42 @@ def test_models_command_knows_the_architectures(hf_env: Path, capsys: pytest.Cap
     assert main(["models", *paths]) == 0
     text = capsys.readouterr().out
     assert "lfm2 (hybrid, llama.cpp snapshots)" in text and "mamba2 (recurrent, checkpointed)" in text
+
+
+# ---------------------------------------------------------------------- parallel sequences
+def test_a_hybrid_target_answers_parallel_sequences_as_the_target_alone() -> None:
+    """tandem serve --parallel with a hybrid llama.cpp rolls back itself (lfm2): each sequence's
+    rejected drafts are cut back within the snapshots (K is capped there, even when asked for
+    more), a sequence taken again for a prompt that shares a prefix is read anew (its state
+    cannot be cut that far back), and every answer is the target alone's."""
+    target, draft = model_path("lfm2-t"), model_path("llama-d")
+    n = 40
+    with ModelPair.load(target, draft, OPTIONS) as alone:
+        prompts = [_prompt(alone, text) for text in PROMPTS]
+        want = [run(alone, p, speculative=False, max_tokens=n).ids for p in prompts]
+    parallel = LoadOptions(n_ctx=512, n_threads=1, n_seq=2)
+    with ModelPair.load(target, draft, parallel) as pair, running(pair) as engine:
+        room = pair.target.snapshots
+        assert room == OPTIONS.rs_snapshots
+        asks = [
+            Asked(prompts[0], GenerationConfig(max_tokens=n, drafter=MODEL, draft_max=24, adaptive=False)),
+            Asked(prompts[1], GenerationConfig(max_tokens=n, drafter=LOOKUP)),
+            Asked(prompts[2], GenerationConfig(max_tokens=n)),
+        ]
+        together = run_batch(engine, [fresh(a) for a in asks])
+        again = run_batch(engine, [fresh(asks[0])])  # its sequence's cache shares the prompt
+    for got, expected in zip([*together, *again], [*want, want[0]], strict=True):
+        assert got.error is None and got.tokens == expected
+    rounds = [e for a in together for e in a.events if isinstance(e, RoundEvent)]
+    assert max(r.drafted for r in rounds) <= room  # (24 asked for)
+    drafted, accepted = sum(r.drafted for r in rounds), sum(r.accepted for r in rounds)
+    assert drafted > 0 and 0 < accepted < drafted  # drafts kept, and rejections cut back
+    # A recurrent draft model drafts for no parallel sequence (several decodes a draft), and a
+    # target Tandem checkpoints serves one sequence: each says why.
+    with ModelPair.load(target, model_path("lfm2-d"), parallel) as pair:
+        assert any(RECURRENT_DRAFT in why for why in BatchEngine.left_out(pair.target, pair.draft))
+    with (
+        ModelPair.load(model_path("mamba2-t"), draft, parallel) as pair,
+        pytest.raises(TandemError, match="checkpointed by Tandem"),
+    ):
+        BatchEngine(pair.target, pair.draft)

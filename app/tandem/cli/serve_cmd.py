@@ -15,7 +15,15 @@ from tandem.cli.options import (
     add_think_option,
     serve_options,
 )
-from tandem.engine import MAX_SEQUENCES, GenerationConfig, LoadOptions, TandemError, read_gguf, state_kind
+from tandem.engine import (
+    MAX_SEQUENCES,
+    GenerationConfig,
+    LoadOptions,
+    TandemError,
+    read_gguf,
+    rollback_of,
+    state_kind,
+)
 from tandem.session.drafting import drafted_by
 from tandem.session.pairs import open_pair
 from tandem.session.refs import PairRef
@@ -119,7 +127,8 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
     """How many requests to answer at once, and the sentence that says so: as asked when memory
     holds them (else a TandemError saying how many it holds); by default as many as it holds up
     to PARALLEL_DEFAULT_MAX, or one where the pair's drafting or state runs one sequence only (its
-    own heads, a trained drafter found beside it, a recurrent or hybrid target)."""
+    own heads, a trained drafter found beside it, a recurrent or hybrid target: one llama.cpp
+    rolls back itself serves several when asked, with --parallel N)."""
     from tandem.catalog.fit import sequences_fit
 
     fit, where = sequences_fit(ref.target, ref.draft, options.n_ctx)
@@ -135,7 +144,9 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
     else:
         info = read_gguf(ref.target)
         single = (
-            "its state is recurrent"
+            "its recurrent state is checkpointed by Tandem"
+            if rollback_of(info.architecture) == "checkpoint"
+            else "its state is recurrent"
             if state_kind(info.architecture) != "attention"
             else "it drafts with its own heads"
             if info.mtp_layers

@@ -109,10 +109,12 @@ class BatchEngine:
     """N sequences of one pair; `submit` from any thread, `run` in the engine's thread."""
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None) -> None:
-        if target.recurrent:
+        if target.recurrent and not target.snapshots:
             raise TandemError(
-                "parallel sequences need a target without a recurrent state (this one is hybrid or "
-                "recurrent): serve it with --parallel 1"
+                "parallel sequences need a target whose state llama.cpp rolls back itself (an "
+                "attention model, or a hybrid such as Qwen3.5, LFM2 or Nemotron-H); this one's "
+                "recurrent state is checkpointed by Tandem, one sequence at a time: serve it with "
+                "--parallel 1"
             )
         self.target = target
         self.draft = draft
@@ -247,7 +249,8 @@ class BatchEngine:
         self._admitted[seq] = max(self._admitted) + 1
         self._free.remove(seq)
         reused = reusable(seq, self.t_ctx, head)
-        self.t_ctx.keep(seq, reused)
+        if not self.t_ctx.keep(seq, reused):  # (a recurrent state cut back too far: read anew)
+            reused = 0
         same = group is not None and self._groups[seq] == group
         self._groups[seq] = group
         config = req.config
@@ -411,8 +414,11 @@ class BatchEngine:
         K (batch_costs.choose, for the whole round)."""
         wants: list[Want] = []
         offers: list[BatchOffer | None] = []
-        # Each sequence's verify rows within the outputs one decode holds.
+        # Each sequence's verify rows within the outputs one decode holds, and its rejected
+        # drafts within what its state can be cut back by (a hybrid target's snapshots).
         k_cap = self.t_ctx.max_rows // max(1, len(decoding)) - 1
+        room = self.t_ctx.rollback_room
+        k_cap = k_cap if room is None else min(k_cap, room)
         for s in decoding:
             config = s.req.config
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
@@ -478,7 +484,8 @@ class BatchEngine:
             s.req.fail(self.target.non_finite(len(s.history)))
             return
         keep = len(s.history) + accepted
-        self.t_ctx.keep(s.seq, keep)
+        if not self.t_ctx.keep(s.seq, keep):  # (K is capped so that it can: a guard)
+            self.t_ctx.prefill([Piece(s.seq, [*s.history, *drafts[:accepted]], "none")])
         for each in s.proposers:
             each.keep(s.seq, keep)
         proposer = s.proposer if k else None

@@ -225,17 +225,32 @@ def offered(target: LoadedModel, draft: LoadedModel | None) -> list[DrafterSpec]
 
 
 # ---------------------------------------------------------------------- several sequences
+# A draft model's drafts are several decodes, and llama.cpp rolls a recurrent state back only
+# within the last one (recurrence.py); the single sequence checkpoints it, parallel ones do not.
+RECURRENT_DRAFT = "a recurrent draft model rolls back within one decode only, and a draft is several"
+
+
+def _not_batching(s: DrafterSpec, draft: LoadedModel | None) -> str | None:
+    """Why kind `s` does not draft for several sequences of this pair; None: it does."""
+    if s.batching.build is None:
+        return s.batching.why_not
+    if s.needs is Needs.DRAFT_MODEL and draft is not None and draft.recurrent:
+        return RECURRENT_DRAFT
+    return None
+
+
 def batch_proposers(setup: BatchSetup) -> list[BatchProposer]:
     """The proposers of the kinds that draft for several sequences at once, for a batched
     engine over this pair (those the pair gives something to draft with), in the registry's
     order."""
-    built = (s.batching.build(setup) for s in KINDS if s.batching.build is not None)
+    builds = [s.batching.build for s in KINDS if _not_batching(s, setup.draft) is None]
+    built = (build(setup) for build in builds if build is not None)
     return [p for p in built if p is not None]
 
 
 def not_batched(target: LoadedModel, draft: LoadedModel | None) -> list[str]:
     """The kinds this pair drafts with that do not draft for several sequences: "name (why)"."""
-    return [f"{s.name} ({s.batching.why_not})" for s in available(target, draft) if s.batching.build is None]
+    return [f"{s.name} ({why})" for s in available(target, draft) if (why := _not_batching(s, draft))]
 
 
 def batch_refusal(
@@ -248,9 +263,10 @@ def batch_refusal(
     s = spec(choice)
     if s is None:
         return missing(target, draft, choice)
-    if s.batching.build is None:
+    why = _not_batching(s, draft)
+    if why is not None:
         return (
-            f"drafting with {choice!r} runs one sequence at a time ({s.batching.why_not}); parallel "
+            f"drafting with {choice!r} runs one sequence at a time ({why}); parallel "
             f"sequences draft with {', '.join([*kinds, AUTO])} (or start tandem serve with --parallel 1)"
         )
     if choice not in kinds:

@@ -62,11 +62,23 @@ class SeqContext:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
 
-    def keep(self, seq: int, n: int) -> None:
-        """Keep the first n cached tokens of `seq`."""
+    @property
+    def rollback_room(self) -> int | None:
+        """The most positions a sequence may be cut back by after a decode (None: any): a
+        recurrent state only within llama.cpp's snapshots of the last batch (n_rs_seq)."""
+        return self.model.snapshots if self.model.recurrent else None
+
+    def keep(self, seq: int, n: int) -> bool:
+        """Keep the first n cached tokens of `seq`; False when its cache could not be cut there
+        (a recurrent state past its snapshots, or cut back twice without a decode between) and
+        was emptied instead: the caller reads again what it needs."""
         if n < len(self.cached[seq]):
-            llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1)
+            if not llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1):
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
+                self.cached[seq] = []
+                return n == 0
             del self.cached[seq][n:]
+        return True
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
         return common_prefix(self.cached[seq], tokens)
@@ -183,8 +195,8 @@ class SeqContext:
 class OneSequence:
     """One sequence of a SeqContext as a drafter sees a draft model of its own (LoadedModel's
     calls that drafting uses): for a kind that drafts for several sequences one after another
-    (drafters/cross.py), each sequence's decodes alone. A recurrent state is not kept here:
-    the batched engine takes no recurrent model."""
+    (drafters/cross.py), each sequence's decodes alone. A recurrent state is not kept here: a
+    recurrent draft model does not draft for parallel sequences (registry.RECURRENT_DRAFT)."""
 
     def __init__(self, ctx: SeqContext, seq: int, record: Callable[[int, float], None]) -> None:
         self.ctx = ctx
