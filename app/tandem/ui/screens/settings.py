@@ -96,7 +96,7 @@ class SettingsScreen(ModalScreen[Settings | None]):
                 values[name] = typed
             elif kind is tuple:
                 values[name] = raw  # (split at commas and checked by the option)
-            elif optional(name) and not raw:
+            elif optional(name) and o.unset and not raw:  # (left out: what `unset` says)
                 values[name] = None
             else:
                 try:
