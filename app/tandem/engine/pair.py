@@ -115,7 +115,8 @@ class ModelPair(Prompting):
             draft.notes.append("draft: " + tokenizers.note(target.path.name, draft.path.name))
         for m in (target, draft):
             if m is not None and m.recurrent:
-                m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots))
+                sequences = m.options.n_seq if m is target else 1  # (a recurrent draft serves one)
+                m.notes.append(rollback_note(m.role, m.info.architecture, m.snapshots, sequences))
         pair = cls(target, draft)
         pair.sidecar = Path(sidecar.path) if sidecar is not None else None
         return pair

@@ -90,10 +90,12 @@ def describe(arch: str) -> str:
     return f"{kind}, {how}"
 
 
-def rollback_note(role: str, arch: str, snapshots: int) -> str:
-    """What a user of this pair should know about a recurrent model in it."""
+def rollback_note(role: str, arch: str, snapshots: int, sequences: int = 1) -> str:
+    """What a user of this pair should know about a recurrent model in it (`sequences`: the
+    parallel ones its context holds, whose drafts are capped at the snapshots instead)."""
     if snapshots:
-        how = f"llama.cpp rolls its state back (up to {snapshots} drafts a round; more are checkpointed)"
+        more = "more are checkpointed" if sequences == 1 else "a parallel sequence drafts no more"
+        how = f"llama.cpp rolls its state back (up to {snapshots} drafts a round; {more})"
     else:
         how = "its state is copied before drafts are checked and restored after a rejection (a cost)"
     return f"{role}: {arch} is a {state_kind(arch)} model: {how}"
