@@ -2,8 +2,9 @@
 typed options. The argparse Namespace stays in this module: each command's handler receives
 its own frozen dataclass (RunOptions, BenchOptions, ...), built here by `options_for`.
 
-Defaults are not written here: an option left unset stays None, and the session layer
-(app/session/options.py) fills it from the catalog pair or the engine's defaults.
+Each option's flag, help and bounds are declared once, in session/options.py; a flag not given
+is not in the namespace (argparse.SUPPRESS): the option is not chosen, and `layered` there
+fills it from the catalog pair or the defaults.
 """
 
 from __future__ import annotations
@@ -43,14 +44,12 @@ def add_model_options(p: argparse.ArgumentParser, *, app: bool = False) -> None:
     add_option_flags(g, "models", said_default="the app's settings" if app else None)
 
 
-def add_generation_options(
-    p: argparse.ArgumentParser, *, max_tokens: int | None, without: tuple[str, ...] = ()
-) -> None:
+def add_generation_options(p: argparse.ArgumentParser, *, max_tokens: int | None) -> None:
     """The generation flags; `max_tokens` None: no limit but the context's (tandem serve)."""
     g = p.add_argument_group("generation")
     defaults = {} if max_tokens is None else {"max_tokens": max_tokens}
     said = {} if max_tokens is not None else {"max_tokens": "until the context is full"}
-    add_option_flags(g, "generation", defaults=defaults, said=said, without=without)
+    add_option_flags(g, "generation", defaults=defaults, said=said)
 
 
 def add_option_flags(
@@ -60,14 +59,13 @@ def add_option_flags(
     defaults: Mapping[str, Any] | None = None,
     said: Mapping[str, str] | None = None,
     said_default: str | None = None,
-    without: tuple[str, ...] = (),
 ) -> None:
     """A flag for each option of `group` that has one (session/options.py declares them). A
     flag left out is not in the namespace at all (SUPPRESS): the option is not chosen, and the
     pair's value or the default applies (`defaults`: the command's own, e.g. -n 256)."""
     defaults, said = defaults or {}, said or {}
     for name, o in fields_with("flag"):
-        if o.group != group or name in without:
+        if o.group != group:
             continue
         default = defaults.get(name, argparse.SUPPRESS)
         shown = said_default or said.get(name) or _default_text(name, defaults)
@@ -101,7 +99,7 @@ def add_option_flags(
                 help=f"{o.help or o.hint} (default: {shown})",
             )
     for name, o in fields_with("off"):  # a switch with only an "off" flag (--no-adaptive)
-        if o.group == group and not o.flag and o.off and name not in without:
+        if o.group == group and not o.flag and o.off:
             g.add_argument(
                 o.off, dest=name, action="store_const", const=False, default=argparse.SUPPRESS, help=o.help
             )
