@@ -43,7 +43,7 @@ def test_chat_needs_both_files(started: list[TandemApp], capsys: pytest.CaptureF
     assert main(["chat", "--target", "t.gguf"]) == 1
     assert "give both --target PATH and --draft PATH" in capsys.readouterr().err
     assert main(["chat", "--target", "t.gguf", "--draft", "d.gguf", "--ctx", "10"]) == 1
-    assert "context size must be at least 64" in capsys.readouterr().err
+    assert "context size must be at least 64" in capsys.readouterr().err.lower()
     assert not started
 
 

@@ -67,6 +67,7 @@ def test_tandem_chat_with_a_target_alone_skips_a_companion_that_cannot_load(
     from gguf_edit import with_metadata
     from tandem.cli.chat_cmd import app_for
     from tandem.cli.options import ChatOptions
+    from tandem.session.options import Options
     from tandem.session.refs import PairRequest
 
     folder = tmp_path / "models"
@@ -75,7 +76,7 @@ def test_tandem_chat_with_a_target_alone_skips_a_companion_that_cannot_load(
         trained.eagle3(), folder / "eagle3-broken.gguf", {"eagle3.attention.head_count": 0}
     )
     good = link_or_copy(trained.dflash(), folder / "dflash-good.gguf")
-    opts = ChatOptions(PairRequest(target=target), False, None, None, 1, None)
+    opts = ChatOptions(PairRequest(target=target), False, Options(n_threads=1))
     app = app_for(opts, dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
