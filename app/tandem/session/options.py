@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
-from typing_extensions import Self
 
 from tandem.engine.config import (
     ADAPTIVE_K_MAX,
@@ -38,6 +37,8 @@ from tandem.engine.errors import TandemError
 from tandem.engine.sampling import SamplerSettings
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # (typing's from Python 3.11)
+
     from tandem.catalog.spec import PairSpec
 
 Group = Literal["models", "generation", "thinking"]
