@@ -174,8 +174,8 @@ def test_a_prompt_s_read_is_its_prefill_time_and_each_pass_gives_a_token(
 
 
 def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: BatchEngine) -> None:
-    with pytest.raises(TandemError, match=r"runs one sequence at a time \(its llama.cpp context follows"):
-        engine.check(GenerationConfig(drafter="mtp"), True)  # (the reason its spec gives)
+    with pytest.raises(TandemError, match=r"cannot draft with 'mtp': .*has no built-in draft heads"):
+        engine.check(GenerationConfig(drafter="mtp"), True)  # (what the pair lacks)
     with pytest.raises(TandemError, match="exact output is not possible"):
         engine.check(GenerationConfig(exact=True), True)  # (an F16 target: never exact)
     assert engine.check(GenerationConfig(), True).exact is False

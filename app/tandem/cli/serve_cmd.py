@@ -126,8 +126,9 @@ def model_id(ref: PairRef) -> str:
 def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) -> tuple[int, str]:
     """How many requests to answer at once, and the sentence that says so: as asked when memory
     holds them (else a TandemError saying how many it holds); by default as many as it holds up
-    to PARALLEL_DEFAULT_MAX, or one where the pair's drafting or state runs one sequence only (its
-    own heads, a trained drafter found beside it, a recurrent or hybrid target: one llama.cpp
+    to PARALLEL_DEFAULT_MAX, or one where the pair's drafting or state serves one sequence at a
+    time (its own heads or a trained drafter found beside it: they draft for parallel sequences
+    one after another, each in a context of its own; a recurrent or hybrid target: one llama.cpp
     rolls back itself serves several when asked, with --parallel N)."""
     from tandem.catalog.fit import sequences_fit
 
@@ -144,18 +145,18 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
     else:
         info = read_gguf(ref.target)
         single = (
-            "its recurrent state is checkpointed by Tandem"
+            "its recurrent state is checkpointed by Tandem, one sequence at a time"
             if rollback_of(info.architecture) == "checkpoint"
             else "its state is recurrent"
             if state_kind(info.architecture) != "attention"
-            else "it drafts with its own heads"
+            else "its own heads draft for one sequence after another"
             if info.mtp_layers
-            else "it drafts with the drafter found beside it"
+            else "the drafter found beside it drafts for one sequence after another"
             if ref.companions
             else None
         )
         if single is not None:
-            return 1, f"one request at a time: {single}, one sequence at a time (--parallel N for several)"
+            return 1, f"one request at a time: {single} (--parallel N for several)"
         n = max(1, min(PARALLEL_DEFAULT_MAX, fit))
         why = f"up to {n} requests at once ({each}; memory holds {fit}; --parallel N to choose)"
     return n, why if n > 1 else "one request at a time (--parallel 1)"

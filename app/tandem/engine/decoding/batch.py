@@ -121,7 +121,9 @@ class BatchEngine:
         self.t_ctx = SeqContext(target)
         self.n_seq = self.t_ctx.n_seq
         self.costs = BatchCosts()
-        self.proposers = registry.batch_proposers(BatchSetup(target, draft, self.costs.draft.add))
+        self.proposers = registry.batch_proposers(
+            BatchSetup(target, draft, self.t_ctx, self.costs.record_for)
+        )
         # Acceptance per draft by kind, over every sequence's rounds: where a new one starts.
         self.alpha = {p.kind: p.alpha_prior for p in self.proposers}
         self._inbox: Inbox[SeqRequest] = Inbox()
@@ -439,7 +441,18 @@ class BatchEngine:
             # (A fixed K, a seeded sampling run's, is taken as it is.)
             fixed = None if adaptive else offer.k_max
             stepped, alone = not proposer.free, not proposer.shares_steps
-            wants.append(Want(s.alpha[proposer.kind], offer.k_max, stepped, fixed, offer.lag, alone))
+            wants.append(
+                Want(
+                    s.alpha[proposer.kind],
+                    offer.k_max,
+                    stepped,
+                    fixed,
+                    offer.lag,
+                    alone,
+                    proposer.table,
+                    proposer.one_pass,
+                )
+            )
         ks = self.costs.choose(wants, other_tokens)
         for s, k, given in zip(decoding, ks, offers, strict=True):
             if k == 0 or given is None:

@@ -29,6 +29,7 @@ instead of 1.5 s, and the clients' work as a whole took longer than without draf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # How much better than the round's own rate a draft's tokens per second must be to be taken.
@@ -86,6 +87,8 @@ class Want:
     fixed: int | None = None
     lag: int = 1  # tokens its drafter decodes in its first step (its catch-up, last included)
     alone: bool = False  # its steps are decodes of its own, not shared with other sequences
+    table: str | None = None  # whose steps it takes (None: the draft model's; else a kind's own)
+    one_pass: bool = False  # its drafts are one pass whatever K (DFlash's block): a step in all
 
 
 # Where two kinds can draft for a sequence, one taking draft steps is weighed at this share of
@@ -135,6 +138,19 @@ class BatchCosts:
         # tenth of a step, a draft step `draft_ratio` of one.
         self.verify = CostTable(step_s, step_s * 0.1)
         self.draft = CostTable(step_s * draft_ratio, step_s * draft_ratio * 0.1)
+        self._prior = (step_s * draft_ratio, step_s * draft_ratio * 0.1)
+        self._own: dict[str, CostTable] = {}  # the steps of kinds with a context of their own
+
+    def table(self, name: str | None) -> CostTable:
+        """The steps of the draft model (None), or of the kind `name`'s own context (its heads)."""
+        if name is None:
+            return self.draft
+        if name not in self._own:
+            self._own[name] = CostTable(*self._prior)
+        return self._own[name]
+
+    def record_for(self, name: str | None) -> Callable[[int, float], None]:
+        return self.table(name).add
 
     def choose(self, wants: list[Want], other_tokens: int = 0) -> list[int]:
         """K per sequence maximising expected tokens / seconds of the round; `other_tokens`: rows
@@ -222,9 +238,10 @@ class _Plan:
         if w.stepped:
             j = k + 1
             had = 0 if w.alone else self.steps.get(j, 0)
-            add = w.lag if j == 1 else 1
-            draft = self.costs.draft
-            cost += draft.at(had + add) - (draft.at(had) if had else 0.0)
+            add = w.lag if j == 1 else 0 if w.one_pass else 1
+            if add:
+                draft = self.costs.table(w.table)
+                cost += draft.at(had + add) - (draft.at(had) if had else 0.0)
         return w.alpha ** (k + 1), max(cost, 0.0)
 
     def copy(self) -> _Plan:

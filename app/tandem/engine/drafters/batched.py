@@ -6,9 +6,9 @@ and gives each its K, and every proposer then drafts for all the sequences it wa
 (`propose`: the draft model in one llama.cpp batch a step, whatever the number of sequences).
 
 A kind that drafts for several sequences declares it in its spec (`Batching.build`), drafting
-for them in one llama.cpp call a step or one after another (`shares_steps`); one that cannot
-yet says why in `Batching.why_not` (the heads: llama.cpp's staging of the target's rows
-holds one sequence's state), and a request for it beside other sequences is refused with that
+for them in one llama.cpp call a step or one after another (`shares_steps`: the heads, a
+context each sequence); one that cannot says why (`Batching.why_not`; a recurrent draft model:
+registry.RECURRENT_DRAFT), and a request for it beside other sequences is refused with that
 reason, never served by another kind in silence.
 """
 
@@ -24,6 +24,7 @@ from ..sampling import Dist
 
 if TYPE_CHECKING:
     from ..llama.model import LoadedModel
+    from ..llama.sequences import SeqContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,19 @@ class Lane:
 
 @dataclass(frozen=True)
 class BatchSetup:
-    """What a batched engine gives the kinds: its pair, and where a kind's proposer records what
-    its decodes cost ((tokens, seconds): the scheduler's draft-step table)."""
+    """What a batched engine gives the kinds: its pair, the target's sequences (whose decodes a
+    kind may follow: SeqContext.listeners), and where a proposer records what its decodes cost
+    ((tokens, seconds) into the scheduler's table of the name given: None, the draft model's)."""
 
     target: LoadedModel
     draft: LoadedModel | None
-    record: Callable[[int, float], None]
+    seqs: SeqContext
+    record_for: Callable[[str | None], Callable[[int, float], None]]
+
+    @property
+    def record(self) -> Callable[[int, float], None]:
+        """Into the draft model's steps."""
+        return self.record_for(None)
 
 
 class BatchProposer(Protocol):
@@ -70,6 +78,10 @@ class BatchProposer(Protocol):
     # Its steps for several sequences are one decode (the draft model's); False: one after
     # another, each sequence's alone (the scheduler prices them so).
     shares_steps: bool
+    # Whose steps it takes (None: the draft model's; else its own context's, by this name),
+    # and whether a draft is one pass whatever its length (DFlash's block).
+    table: str | None
+    one_pass: bool
     alpha_prior: float  # acceptance per draft expected before a sequence has drafted with it
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
@@ -99,6 +111,8 @@ class BatchProposerBase:
 
     free = False
     shares_steps = True
+    table: str | None = None
+    one_pass = False
     alpha_prior = 0.5
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:

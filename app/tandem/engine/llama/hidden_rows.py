@@ -64,10 +64,12 @@ def switch(ctx: int, on: bool) -> None:
     set_embeddings_nextn(ctx, on, False)
 
 
-def rows(ctx: int, n: int, n_embd: int) -> npt.NDArray[np.float32]:
-    """The last decode's hidden rows, one per token of its batch (a view, valid until the next
+def rows(ctx: int, n: int, n_embd: int, at: int = 0) -> npt.NDArray[np.float32]:
+    """The last decode's hidden rows of its tokens at..at+n-1 (llama.cpp hands them back in the
+    batch's order, whatever order its micro-batches ran in; a view, valid until the next
     decode)."""
     address = _get_embeddings_nextn(ctx)
     if not address:
         raise GenerationError("llama.cpp gave no hidden rows for the draft heads")
-    return np.ctypeslib.as_array((ctypes.c_float * (n * n_embd)).from_address(address)).reshape(n, n_embd)
+    start = address + at * n_embd * 4
+    return np.ctypeslib.as_array((ctypes.c_float * (n * n_embd)).from_address(start)).reshape(n, n_embd)

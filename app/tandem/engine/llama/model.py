@@ -48,7 +48,8 @@ class DecodeListener(Protocol):
         """Start or stop taking the decodes' extra outputs (a generation that does not use it
         does not pay for them); returns how many of the model's cached tokens it has seen."""
 
-    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None: ...
+    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int], at: int = 0) -> None:
+        """The model decoded `tokens` at positions pos0..., tokens at..at+len-1 of its batch."""
 
     def close(self) -> None:
         """Free what it holds over the model's weights (called before the model is freed)."""
@@ -579,9 +580,10 @@ class LoadedModel(KvMirror, Vocabulary):
             hidden_rows.switch(self.ctx, on)
             self._hidden_rows = on
 
-    def hidden_rows(self, n: int, n_embd: int) -> npt.NDArray[np.float32]:
-        """The last batch's hidden rows (n tokens; a view valid until the next decode)."""
-        return hidden_rows.rows(self.ctx, n, n_embd)
+    def hidden_rows(self, n: int, n_embd: int, at: int = 0) -> npt.NDArray[np.float32]:
+        """The last batch's hidden rows of its tokens at..at+n-1 (a view valid until the next
+        decode)."""
+        return hidden_rows.rows(self.ctx, n, n_embd, at)
 
     def _outputs_read(self) -> None:
         """The last batch's time inside llama.cpp ends: its first output getter has returned

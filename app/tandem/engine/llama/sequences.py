@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,17 @@ class Piece:
     outputs: str  # "all", "last" or "none"
 
 
+class SeqListener(Protocol):
+    """Told of what each sequence's cache gains and loses (a drafter that reads the target's
+    rows: drafters/heads/batched.py)."""
+
+    def seq_decoded(self, model: LoadedModel, seq: int, pos0: int, tokens: Sequence[int], at: int) -> None:
+        """Sequence `seq`'s `tokens` were decoded at positions pos0..., tokens at... of the batch."""
+
+    def seq_kept(self, seq: int, n: int) -> None:
+        """Sequence `seq`'s cache was cut back to its first n tokens."""
+
+
 class SeqContext:
     """The sequences of one loaded model (its context made with n_seq sequences). Not
     thread-safe: the batched loop drives it."""
@@ -46,6 +57,7 @@ class SeqContext:
         self.capacity = model.n_batch  # tokens per decode (one micro-batch)
         self.max_rows = model.max_rows  # logits rows per decode
         self.cached: list[list[int]] = [[] for _ in range(self.n_seq)]
+        self.listeners: list[SeqListener] = []
         self._mem = llama_cpp.llama_get_memory(model.ctx)
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         b = self._batch
@@ -73,11 +85,13 @@ class SeqContext:
         (a recurrent state past its snapshots, or cut back twice without a decode between) and
         was emptied instead: the caller reads again what it needs."""
         if n < len(self.cached[seq]):
-            if not llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1):
+            cut = llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1)
+            if not cut:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
-                self.cached[seq] = []
-                return n == 0
-            del self.cached[seq][n:]
+            del self.cached[seq][n if cut else 0 :]
+            for listener in self.listeners:
+                listener.seq_kept(seq, len(self.cached[seq]))
+            return bool(cut) or n == 0
         return True
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
@@ -146,12 +160,14 @@ class SeqContext:
             raise ValueError(f"a batch of {n} tokens and {rows} rows is past this context's limits")
         n = rows = 0
         spans: list[tuple[int, int] | None] = []
+        starts: list[tuple[int, int]] = []  # each piece's first position and place in the batch
         for piece in pieces:
             m = len(piece.tokens)
             cached = self.cached[piece.seq]
             if len(cached) + m > self.n_ctx:
                 raise ContextOverflowError(f"sequence {piece.seq} of the {self.model.role} is full")
             p0 = len(cached)
+            starts.append((p0, n))
             self._tok[n : n + m] = piece.tokens
             self._pos[n : n + m] = np.arange(p0, p0 + m, dtype=np.int32)
             seq_ids = self._seq_ids
@@ -178,6 +194,8 @@ class SeqContext:
             for seq in {p.seq for p in pieces}:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
                 self.cached[seq] = []
+                for listener in self.listeners:
+                    listener.seq_kept(seq, 0)
             if rc == 1:
                 raise ContextOverflowError(
                     f"the {self.model.role}'s KV cache has no room for {n} more tokens of parallel sequences"
@@ -185,6 +203,9 @@ class SeqContext:
             raise GenerationError(f"llama.cpp failed to decode on the {self.model.role} (code {rc})")
         for piece in pieces:
             self.cached[piece.seq].extend(piece.tokens)
+        for listener in self.listeners:
+            for piece, (p0, at) in zip(pieces, starts, strict=True):
+                listener.seq_decoded(self.model, piece.seq, p0, piece.tokens, at)
         if rows == 0:
             llama_cpp.llama_synchronize(self.model.ctx)
             return [None] * len(pieces)

@@ -24,55 +24,29 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import GenerationError, ModelLoadError
-from ...files.gguf_info import GGUFInfo
+from ...config import DRAFT_MAX_LIMIT
+from ...errors import GenerationError
 from ...llama.prefix import common_prefix
 from ...sampling import NonFiniteLogits, SamplerSettings
 from .. import Proposal, draw
-from ..batched import Batching
-from ..spec import BuildContext, Drafter, DrafterBase, DrafterSpec, Files, Needs, Traits, Words
-from .files import DrafterFacts, described, layer_problems
+from ..spec import DrafterBase
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from ...llama.model import LoadedModel
     from .context import HeadContext
 
 # Target positions a head takes rows for beyond its entries before it catches up unasked (a
 # long prefill goes in chunk by chunk, rather than all at the first draft).
 FLUSH_ROWS = 64
-
-# What keeps the heads to one sequence: their llama.cpp context (context.py) follows the
-# target's decodes of one sequence, its rows staged for that sequence alone.
-ONE_SEQUENCE = Batching(why_not="its llama.cpp context follows one sequence of the target's decodes")
-
-
-def trained_supported() -> bool:
-    """Whether this llama.cpp build has the calls a trained drafter's file needs."""
-    from .context import files_supported  # (llama.cpp's bindings: only when asked)
-
-    return files_supported()
-
-
-def trained_unsupported(name: str) -> str:
-    """Why this build cannot run the trained drafter `name`, in one line."""
-    return (
-        f"this llama.cpp build cannot run {name} (a trained drafter): update it "
-        "(python3 scripts/install.py --rebuild)"
-    )
-
-
-def refuse_unsupported(path: Path) -> None:
-    """Before a trained drafter's file loads: ModelLoadError when this build cannot run it."""
-    if not trained_supported():
-        raise ModelLoadError(trained_unsupported(path.name))
 
 
 @dataclass
@@ -94,6 +68,8 @@ class Head:
     # with g_p), and it can draft once it holds `min_seen` positions' rows.
     offset = 0
     min_seen = 0
+    # A draft is one pass whatever its length (DFlash's block), not a pass a token.
+    one_pass = False
 
     def __init__(self, target: LoadedModel, context: HeadContext) -> None:
         self.target = target
@@ -119,10 +95,42 @@ class Head:
         """Who drafted, in a message: "x.gguf (an EAGLE-3 drafter)"."""
         raise NotImplementedError
 
+    @property
+    def max_draft(self) -> int:
+        """The most tokens it drafts in a round."""
+        return DRAFT_MAX_LIMIT
+
+    @property
+    def pass_max(self) -> int:
+        """The most entries one of its passes takes."""
+        return self.context.n_batch
+
+    def beside(self) -> Self:
+        """A head of the same kind and weights in a context of its own, for another sequence of
+        the target (heads/batched.py)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         self.context.close()
 
+    def lag(self, history: Sequence[int]) -> int:
+        """The entries its next draft's first pass decodes (its catch-up, the last token's)."""
+        raise NotImplementedError
+
+    def time_pass(self, n: int) -> float:
+        """The seconds of a pass of n entries (from position 0 of its cache, left empty)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ following the target
+    def follow_always(self) -> None:
+        """Take the target's rows from now on (a head of a batch's sequence: see batched.py)."""
+        self._follow(True)
+        self.track.following = True
+
+    def stop_following(self) -> None:
+        self._follow(False)
+        self.track.following = False
+
     def set_following(self, on: bool) -> int:
         """Start or stop taking the target's rows (a plain-target run does not pay for them).
         Returns how many of the target's cached tokens the head has rows for: when following,
@@ -134,11 +142,12 @@ class Head:
         self.truncate(n)
         return n
 
-    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
-        """The target decoded `tokens` at positions pos0...: take their rows."""
+    def on_decode(self, model: LoadedModel, pos0: int, tokens: Sequence[int], at: int = 0) -> None:
+        """The target decoded `tokens` at positions pos0..., tokens at... of its batch (another
+        sequence's may come first): take their rows."""
         if not self.track.following or pos0 > len(self.track.seen):
             return  # (rows missing in between: set_following cuts the target back)
-        self._take(model, pos0, tokens)
+        self._take(model, pos0, tokens, at)
 
     def truncate(self, n: int) -> None:
         """The target kept its first n positions."""
@@ -159,8 +168,8 @@ class Head:
         """Switch the target's outputs this head reads on or off."""
         raise NotImplementedError
 
-    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
-        """Keep what it needs of a target batch's rows (tokens at pos0...)."""
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int], at: int) -> None:
+        """Keep what it needs of a target batch's rows (tokens at pos0..., the batch's from at)."""
         raise NotImplementedError
 
 
@@ -177,16 +186,30 @@ class EntryHead(Head):
         super().__init__(target, context)
         self._rows = np.zeros((64, width), dtype=np.float16)  # row p: position p's
 
-    def _rows_of(self, model: LoadedModel, n: int) -> npt.NDArray[np.float32]:
-        """The rows this head keeps for the target's last batch (n tokens)."""
+    def lag(self, history: Sequence[int]) -> int:
+        return max(1, len(history) - self.offset - self.entries)
+
+    def time_pass(self, n: int) -> float:
+        ctx = self.context
+        rows = np.zeros((n, self._rows.shape[1]), dtype=np.float32)
+        ctx.clear()
+        for i in range(n):
+            ctx.add_token(0, i, row=rows, i=i, output=i == n - 1)
+        try:
+            return ctx.decode(0)
+        finally:
+            ctx.cut(0)
+
+    def _rows_of(self, model: LoadedModel, n: int, at: int) -> npt.NDArray[np.float32]:
+        """The rows this head keeps for n tokens of the target's last batch, from its at-th."""
         raise NotImplementedError
 
-    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int], at: int) -> None:
         track, o = self.track, self.offset
         # Entry p's row depends on x_0..x_{p+o-1}, its token on x_{p+o}: with an offset the
         # first token is in no entry's token, so a new first token invalidates them all.
         first_changed = o > 0 and pos0 == 0 and track.seen[:1] != list(tokens[:1])
-        rows = self._rows_of(model, len(tokens))
+        rows = self._rows_of(model, len(tokens), at)
         end = pos0 + len(tokens)
         if end > len(self._rows):
             grown = np.zeros((max(2 * len(self._rows), end), self._rows.shape[1]), dtype=np.float16)
@@ -332,90 +355,3 @@ class HeadDrafter(HeadDrafterBase[EntryHead]):
 def attached(target: LoadedModel, cls: type[H]) -> H | None:
     """The head of this class attached to the target, if any."""
     return next((x for x in target.listeners if isinstance(x, cls)), None)
-
-
-def attach_trained(target: LoadedModel, path: Path, info: GGUFInfo, make: Callable[..., H]) -> H:
-    """Load a checked trained drafter's file beside the target, as one of its listeners."""
-    refuse_unsupported(path)
-    head = make(target, path, info)
-    target.listeners.append(head)
-    return head
-
-
-class TrainedHead(Head):
-    """A trained drafter's head: what it knows of its file (EAGLE-3, DFlash)."""
-
-    path: Path
-    facts: DrafterFacts
-
-    @property
-    def label(self) -> str:
-        return self.facts.label
-
-    @property
-    def subject(self) -> str:
-        return f"{self.path.name} ({described(self.label)})"
-
-
-T = TypeVar("T", bound=TrainedHead)
-
-
-def trained_spec(
-    kind: str,
-    words: Words,
-    *,
-    head: type[T],
-    drafter: Callable[[T, BuildContext], Drafter],
-    read: Callable[[GGUFInfo], DrafterFacts],
-    arch: str,
-    prefixes: tuple[str, ...],
-    rank: int,
-) -> DrafterSpec:
-    """The spec of a trained drafter in a file of its own (EAGLE-3, DFlash): it needs that file
-    beside the target, as a `head` among the target's listeners, and drafts with `drafter`; it
-    reads the target's layer rows, is checked by the layers it reads, and runs where this
-    build has the calls it needs. Its words name the file when one is attached."""
-
-    def build(ctx: BuildContext) -> Drafter | None:
-        found = attached(ctx.target, head)
-        return None if found is None else drafter(found, ctx)
-
-    def missing(target: LoadedModel, draft: LoadedModel | None) -> str | None:
-        if attached(target, head) is not None:
-            return None
-        first, *others = (f"{p}*.gguf" if i == 0 else f"{p}*" for i, p in enumerate(prefixes))
-        also = f" (or {', '.join(others)})" if others else ""
-        return (
-            f"no {words.label} is loaded for {target.path.name}: give the {first}{also} trained for it "
-            "as the draft (--draft), or draft another way (--drafter auto)"
-        )
-
-    def phrase(target: LoadedModel, draft: LoadedModel | None) -> str:
-        found = attached(target, head)
-        return f"{found.path.name} ({found.label})" if found is not None else described(words.label)
-
-    def load(target: LoadedModel, path: Path, info: GGUFInfo) -> T:
-        return attach_trained(target, path, info, head)
-
-    return DrafterSpec(
-        name=kind,
-        words=replace(words, phrase=phrase),
-        needs=Needs.SIDECAR,
-        build=build,
-        missing=missing,
-        traits=Traits(untimed_rank=1),
-        batching=ONE_SEQUENCE,
-        listens=("layer rows",),
-        files=Files(
-            label=words.label,
-            what=described(words.label),
-            read=read,
-            check=lambda target, facts, info: layer_problems(target, facts),
-            load=load,
-            supported=trained_supported,
-            unsupported=trained_unsupported,
-            archs=(arch,),
-            prefixes=prefixes,
-            rank=rank,
-        ),
-    )

@@ -102,8 +102,9 @@ class HeadContext:
     generation drives it).
 
     `path` None: the target's own MTP blocks, over its weights; else the file's weights (`mtp`:
-    MTP heads alone, else a trained drafter reading `layers` of the target). `what` names it in
-    messages ("the draft heads", or the file's name)."""
+    MTP heads alone, else a trained drafter reading `layers` of the target), or those another
+    context of the same file loaded (`weights`: a head for another sequence, heads/batched.py).
+    `what` names it in messages ("the draft heads", or the file's name)."""
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class HeadContext:
         what: str,
         mtp: bool = False,
         layers: tuple[int, ...] = (),
+        weights: HeadContext | None = None,
     ) -> None:
         self.target = target
         self.what = what
@@ -122,7 +124,9 @@ class HeadContext:
         self._ctx: Any = None
         self._batch: Any = None
         mark = llama_log.mark()
-        if path is None:
+        if weights is not None:
+            model = weights._weights  # (owned by that context: closed after this one)
+        elif path is None:
             model = target.model_ptr
         else:
             mparams = llama_cpp.llama_model_default_params()
@@ -225,17 +229,18 @@ class HeadContext:
                 _set_layer_inp(self.target.ctx, layer, True)
             self._tapped = True
 
-    def target_rows(self, n: int) -> npt.NDArray[np.float32]:
-        """The last target batch's rows at this drafter's layers, one row per token (n of
-        them): each layer's n_embd values side by side, as the drafter's `fc` reads them. A
-        copy (the buffers are rewritten by the next decode)."""
+    def target_rows(self, n: int, at: int = 0) -> npt.NDArray[np.float32]:
+        """The last target batch's rows at this drafter's layers for its tokens at..at+n-1
+        (in the batch's order: llama.cpp puts them back in it): each layer's n_embd values side
+        by side, as the drafter's `fc` reads them. A copy (the next decode rewrites them)."""
         width = self.n_embd_target
         out = np.empty((n, len(self.layers) * width), dtype=np.float32)
         for k, layer in enumerate(self.layers):
             address = _get_layer_inp(self.target.ctx, layer)
             if not address:
                 raise GenerationError(f"llama.cpp gave no rows of the target's layer {layer}")
-            rows = np.ctypeslib.as_array((ctypes.c_float * (n * width)).from_address(address))
+            start = address + at * width * 4
+            rows = np.ctypeslib.as_array((ctypes.c_float * (n * width)).from_address(start))
             out[:, k * width : (k + 1) * width] = rows.reshape(n, width)
         return out
 

@@ -45,17 +45,13 @@ from ..spec import (
     RoundView,
     Words,
 )
-from .base import (
-    FLUSH_ROWS,
-    HeadDrafterBase,
-    TrainedHead,
-    attached,
-    trained_spec,
-)
+from .base import FLUSH_ROWS, HeadDrafterBase, attached
 from .files import DrafterFacts, read_trained
+from .trained import TrainedHead, trained_spec
 
 if TYPE_CHECKING:
     from ...llama.model import LoadedModel
+    from .context import HeadContext
 
 KIND = "dflash"
 ARCH = "dflash"  # the GGUF architecture of its files (DFlash, DSpark, DFlash2)
@@ -69,14 +65,19 @@ class DFlashHead(TrainedHead):
     """One DFlash (DSpark, DFlash2) drafter beside one target, kept in step with its decodes.
     Its entries are the target's positions whose rows went into its cache (`injected`)."""
 
-    def __init__(self, target: LoadedModel, path: Path, info: GGUFInfo) -> None:
+    one_pass = True  # (a block: every guess in one pass)
+
+    def __init__(
+        self, target: LoadedModel, path: Path, info: GGUFInfo, *, weights: HeadContext | None = None
+    ) -> None:
         from .context import HeadContext  # (llama.cpp's bindings: only once a head is made)
 
         self.path = path
+        self.info = info
         self.facts = facts = _read(info)
         self.slots_max = facts.max_draft + (0 if facts.anchor_first else 1)
         context = HeadContext(
-            target, path=path, n_outputs=self.slots_max, what=path.name, layers=facts.layers
+            target, path=path, n_outputs=self.slots_max, what=path.name, layers=facts.layers, weights=weights
         )
         super().__init__(target, context)
         self.top_k = context.selector_top_k()  # DFlash2's selector: > 0
@@ -92,14 +93,32 @@ class DFlashHead(TrainedHead):
     def injected(self) -> int:
         return self.entries
 
+    @property
+    def pass_max(self) -> int:
+        return self.slots_max
+
+    def lag(self, history: Sequence[int]) -> int:
+        return len(self.track.seen) - self.injected + 1
+
+    def time_pass(self, n: int) -> float:
+        """A block of n slots (its first pass after a catch-up costs about as much)."""
+        ctx = self.context
+        ctx.clear()
+        for i in range(n):
+            ctx.add_token(self.mask or 0, i, output=self.top_k == 0)
+        try:
+            return ctx.decode(0)
+        finally:
+            ctx.cut(0)
+
     def _follow(self, on: bool) -> None:
         if on:
             self.context.tap()
 
-    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int]) -> None:
+    def _take(self, model: LoadedModel, pos0: int, tokens: Sequence[int], at: int) -> None:
         """Keep the batch's rows for injection."""
         self.truncate(pos0)
-        rows = self.context.target_rows(len(tokens))
+        rows = self.context.target_rows(len(tokens), at)
         at = pos0 - self.injected
         end = at + len(rows)
         if end > len(self._waiting):

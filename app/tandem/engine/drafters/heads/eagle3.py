@@ -24,17 +24,13 @@ import numpy.typing as npt
 from ...config import DRAFT_MAX_LIMIT
 from ...files.gguf_info import GGUFInfo
 from ..spec import Words
-from .base import (
-    EntryHead,
-    HeadDrafter,
-    TrainedHead,
-    attached,
-    trained_spec,
-)
+from .base import EntryHead, HeadDrafter, attached
 from .files import DrafterFacts, positive, read_trained
+from .trained import TrainedHead, trained_spec
 
 if TYPE_CHECKING:
     from ...llama.model import LoadedModel
+    from .context import HeadContext
 
 KIND = "eagle3"
 ARCH = "eagle3"  # the GGUF architecture of its files
@@ -51,13 +47,21 @@ class Eagle3Head(TrainedHead, EntryHead):
     min_seen = 1  # (g_0 at least)
     last_alone = True  # (its graph keeps the first rows of its logits)
 
-    def __init__(self, target: LoadedModel, path: Path, info: GGUFInfo) -> None:
+    def __init__(
+        self, target: LoadedModel, path: Path, info: GGUFInfo, *, weights: HeadContext | None = None
+    ) -> None:
         from .context import HeadContext  # (llama.cpp's bindings: only once a head is made)
 
         self.path = path
+        self.info = info
         self.facts = _read(info)
         context = HeadContext(
-            target, path=path, n_outputs=ENCODE_CHUNK, what=path.name, layers=self.facts.layers
+            target,
+            path=path,
+            n_outputs=ENCODE_CHUNK,
+            what=path.name,
+            layers=self.facts.layers,
+            weights=weights,
         )
         super().__init__(target, context, context.n_embd)
         context.extra_rows(own=True)  # its encoder's rows, and each output entry's pre-norm row
@@ -66,11 +70,11 @@ class Eagle3Head(TrainedHead, EntryHead):
         if on:
             self.context.tap()
 
-    def _rows_of(self, model: LoadedModel, n: int) -> npt.NDArray[np.float32]:
+    def _rows_of(self, model: LoadedModel, n: int, at: int) -> npt.NDArray[np.float32]:
         """g for each of the target batch's rows (the fused rows of its three layers),
         ENCODE_CHUNK a pass."""
         ctx = self.context
-        rows = ctx.target_rows(n)
+        rows = ctx.target_rows(n, at)
         width = ctx.n_embd
         out = np.empty((n, width), dtype=np.float32)
         # The encoder does not use positions, but llama.cpp wants them to follow its cache's.

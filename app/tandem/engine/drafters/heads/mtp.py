@@ -28,11 +28,13 @@ from ...config import DRAFT_MAX_LIMIT
 from ...errors import ModelLoadError
 from ...files.gguf_info import GGUFInfo
 from ..spec import BuildContext, Drafter, DrafterSpec, Files, Needs, Traits, Words
-from .base import ONE_SEQUENCE, EntryHead, HeadDrafter
+from .base import EntryHead, HeadDrafter
+from .batched import batching
 from .files import DrafterFacts, positive
 
 if TYPE_CHECKING:
     from ...llama.model import LoadedModel
+    from .context import HeadContext
 
 KIND = "mtp"
 # What a front-end advises when a target without heads is asked to draft alone (the CLI's).
@@ -65,11 +67,16 @@ class MtpHead(EntryHead):
 
     offset = 0
 
-    def __init__(self, target: LoadedModel, *, source: Path | None = None) -> None:
+    def __init__(
+        self, target: LoadedModel, *, source: Path | None = None, weights: HeadContext | None = None
+    ) -> None:
         from .context import HeadContext  # (llama.cpp's bindings: only once a head is made)
 
-        # `source`: heads loaded from a file of their own, which the context owns.
-        context = HeadContext(target, path=source, n_outputs=1, what="the draft heads", mtp=True)
+        # `source`: heads loaded from a file of their own, which the context owns (or the
+        # context `weights`, which loaded it: another sequence's heads).
+        context = HeadContext(
+            target, path=source, n_outputs=1, what="the draft heads", mtp=True, weights=weights
+        )
         super().__init__(target, context, context.n_embd)
         self.source = source
         self.layers = context.mtp_blocks()
@@ -81,11 +88,14 @@ class MtpHead(EntryHead):
     def subject(self) -> str:
         return f"{self.target.path.name}'s draft heads"
 
+    def beside(self) -> MtpHead:
+        return MtpHead(self.target, source=self.source, weights=self.context if self.source else None)
+
     def _follow(self, on: bool) -> None:
         self.target.want_hidden_rows(on)
 
-    def _rows_of(self, model: LoadedModel, n: int) -> npt.NDArray[np.float32]:
-        return model.hidden_rows(n, self.context.n_embd)
+    def _rows_of(self, model: LoadedModel, n: int, at: int) -> npt.NDArray[np.float32]:
+        return model.hidden_rows(n, self.context.n_embd, at)
 
 
 def head_of(target: LoadedModel) -> MtpHead | None:
@@ -153,8 +163,10 @@ def _check(target: GGUFInfo, facts: DrafterFacts, heads: GGUFInfo) -> list[str]:
 # ---------------------------------------------------------------------- the kind
 def _build(ctx: BuildContext) -> Drafter | None:
     head = head_of(ctx.target)
-    if head is None:
-        return None
+    return None if head is None else _drafter(head, ctx)
+
+
+def _drafter(head: MtpHead, ctx: BuildContext) -> Drafter:
     return MtpDrafter(head, ctx.config.sampler, ctx.rng, ctx.config.p_min, ctx.cancel)
 
 
@@ -204,7 +216,7 @@ SPEC = DrafterSpec(
     build=_build,
     missing=_missing,
     traits=Traits(untimed_rank=1),
-    batching=ONE_SEQUENCE,
+    batching=batching(KIND, head_of, _drafter),
     attach=attach,
     listens=("hidden rows",),
     unusable=lambda target: None if target.mtp_layers_in_file == 0 else _missing(target, None),
