@@ -209,13 +209,7 @@ class EntryHead(Head):
         # Entry p's row depends on x_0..x_{p+o-1}, its token on x_{p+o}: with an offset the
         # first token is in no entry's token, so a new first token invalidates them all.
         first_changed = o > 0 and pos0 == 0 and track.seen[:1] != list(tokens[:1])
-        rows = self._rows_of(model, len(tokens), at)
-        end = pos0 + len(tokens)
-        if end > len(self._rows):
-            grown = np.zeros((max(2 * len(self._rows), end), self._rows.shape[1]), dtype=np.float16)
-            grown[:pos0] = self._rows[:pos0]
-            self._rows = grown
-        self._rows[pos0:end] = rows
+        self._store(model, pos0, len(tokens), at)
         del track.seen[pos0:]
         track.seen.extend(tokens)
         keep = 0 if first_changed else common_prefix(track.entry_tokens, track.seen[o:])
@@ -225,6 +219,22 @@ class EntryHead(Head):
         if len(track.seen) - o - self.entries > FLUSH_ROWS:
             # A long prefill: catch up now, chunk by chunk, rather than all at the first draft.
             self._extend(track.seen, len(track.seen) - o, output=False)
+
+    def _store(self, model: LoadedModel, pos0: int, n: int, at: int) -> None:
+        """Keep the rows of n tokens of the target's last batch (its at-th on) for positions
+        pos0...: by default as the head reads them, at once (_rows_of)."""
+        self._put(pos0, self._rows_of(model, n, at))
+
+    def _put(self, pos0: int, rows: npt.NDArray[np.float32]) -> None:
+        end = pos0 + len(rows)
+        if end > len(self._rows):
+            grown = np.zeros((max(2 * len(self._rows), end), self._rows.shape[1]), dtype=np.float16)
+            grown[:pos0] = self._rows[:pos0]
+            self._rows = grown
+        self._rows[pos0:end] = rows
+
+    def _rows_ready(self) -> None:
+        """Make every row taken readable (a kind that makes its rows late: EAGLE-3's)."""
 
     def truncate(self, n: int) -> None:
         del self.track.seen[n:]
@@ -242,6 +252,7 @@ class EntryHead(Head):
         one (its logits are kept when `output`)."""
         ctx, o = self.context, self.offset
         p, idx = self.entries, -1
+        self._rows_ready()
         while p < upto:
             end = min(upto, p + ctx.n_batch)
             # Float32, contiguous for the batch's pointers.

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from ...config import DRAFT_MAX_LIMIT
 from ...files.gguf_info import GGUFInfo
 from ..spec import Words
-from .base import EntryHead, HeadDrafter, attached
+from .base import FLUSH_ROWS, EntryHead, HeadDrafter, attached
 from .files import DrafterFacts, positive, read_trained
 from .trained import TrainedHead, trained_spec
 
@@ -65,17 +65,44 @@ class Eagle3Head(TrainedHead, EntryHead):
         )
         super().__init__(target, context, context.n_embd)
         context.extra_rows(own=True)  # its encoder's rows, and each output entry's pre-norm row
+        # The target's rows not encoded yet (row i: position _encoded + i's; see _store).
+        width = len(self.facts.layers) * context.n_embd_target
+        self._raw = np.zeros((FLUSH_ROWS + 64, width), dtype=np.float32)
+        self._encoded = 0
 
     def _follow(self, on: bool) -> None:
         if on:
             self.context.tap()
 
-    def _rows_of(self, model: LoadedModel, n: int, at: int) -> npt.NDArray[np.float32]:
-        """g for each of the target batch's rows (the fused rows of its three layers),
+    def _store(self, model: LoadedModel, pos0: int, n: int, at: int) -> None:
+        """Keep the batch's rows of its three layers: g is made from them when entries are
+        added (_rows_ready), not at every target decode. A verify's rows would otherwise cost a
+        pass of the encoder each (one or two rows, where a pass encodes ENCODE_CHUNK), and a
+        round that does not draft pays for nothing it reads."""
+        self._encoded = min(self._encoded, pos0)
+        i = pos0 - self._encoded
+        raw = self.context.target_rows(n, at)
+        if i + n > len(self._raw):
+            grown = np.zeros((max(2 * len(self._raw), i + n), self._raw.shape[1]), dtype=np.float32)
+            grown[:i] = self._raw[:i]
+            self._raw = grown
+        self._raw[i : i + n] = raw
+
+    def truncate(self, n: int) -> None:
+        super().truncate(n)
+        self._encoded = min(self._encoded, n)
+
+    def _rows_ready(self) -> None:
+        n = len(self.track.seen) - self._encoded
+        if n > 0:
+            self._put(self._encoded, self._encode(self._raw[:n]))
+            self._encoded += n
+
+    def _encode(self, rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """g for each of the target's rows (its three layers' side by side: C-contiguous),
         ENCODE_CHUNK a pass."""
         ctx = self.context
-        rows = ctx.target_rows(n, at)
-        width = ctx.n_embd
+        n, width = len(rows), ctx.n_embd
         out = np.empty((n, width), dtype=np.float32)
         # The encoder does not use positions, but llama.cpp wants them to follow its cache's.
         base = ctx.pos_max() + 1
