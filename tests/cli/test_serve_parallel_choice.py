@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import model_files
+import trained
 from tandem.cli.serve_cmd import PARALLEL_DEFAULT_MAX, parallel_sequences
 from tandem.engine import LoadOptions, TandemError
 from tandem.session.refs import PairRef
@@ -31,5 +32,8 @@ def test_heads_and_a_recurrent_state_keep_one_by_default() -> None:
     n, said = parallel_sequences(PairRef(mtp, None), LoadOptions(n_ctx=512), None)
     assert n == 1 and "one request at a time" in said
     assert parallel_sequences(PairRef(mtp, None), LoadOptions(n_ctx=512), 2)[0] == 2  # as asked
+    eagle3 = trained.eagle3()  # (given as the draft: the same as found beside the target)
+    n, said = parallel_sequences(PairRef(trained.target(), eagle3), LoadOptions(n_ctx=512), None)
+    assert n == 1 and "its eagle3 drafter drafts for one sequence after another" in said
     mamba = model_files.tiny_stateful_model("mamba2-t", "mamba2", seed=21)
     assert parallel_sequences(PairRef(mamba, None), LoadOptions(n_ctx=512), None)[0] == 1

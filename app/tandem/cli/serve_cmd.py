@@ -151,6 +151,8 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
             if state_kind(info.architecture) != "attention"
             else "its own heads draft for one sequence after another"
             if info.mtp_layers
+            else f"its {ref.draft_kind} drafter drafts for one sequence after another"
+            if ref.draft_kind
             else "the drafter found beside it drafts for one sequence after another"
             if ref.companions
             else None

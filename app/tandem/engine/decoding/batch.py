@@ -372,9 +372,10 @@ class BatchEngine:
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
         n_tokens = verify_rows + sum(len(c.tokens) for c in chunks)
+        target_s = t2 - t1 - self.t_ctx.listened_s  # (the heads' taking of rows is theirs)
         if not chunks:  # (a prompt's tokens cost less than rows read: the table is of rows)
-            self.costs.verify.add(n_tokens, t2 - t1)
-        GOVERNOR.observe(("target", n_tokens), t2 - t1)
+            self.costs.verify.add(n_tokens, target_s)
+        GOVERNOR.observe(("target", n_tokens), target_s)
         first_rows = []  # (the opening prompts' rows, in their order)
         for c, logits in zip(chunks, rows[len(pieces) :], strict=True):
             if c.outputs == "last":

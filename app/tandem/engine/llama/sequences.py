@@ -58,6 +58,9 @@ class SeqContext:
         self.max_rows = model.max_rows  # logits rows per decode
         self.cached: list[list[int]] = [[] for _ in range(self.n_seq)]
         self.listeners: list[SeqListener] = []
+        # Seconds the last decode's listeners took (what follows the target is not the target's
+        # cost: the cost tables leave it out).
+        self.listened_s = 0.0
         self._mem = llama_cpp.llama_get_memory(model.ctx)
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         b = self._batch
@@ -126,7 +129,7 @@ class SeqContext:
             for _ in range(2):
                 t0 = time.perf_counter()
                 self.decode(pieces)
-                record(n, time.perf_counter() - t0)
+                record(n, time.perf_counter() - t0 - self.listened_s)
                 for p in pieces:
                     self.keep(p.seq, 8)
         for seq in seqs:
@@ -203,9 +206,14 @@ class SeqContext:
             raise GenerationError(f"llama.cpp failed to decode on the {self.model.role} (code {rc})")
         for piece in pieces:
             self.cached[piece.seq].extend(piece.tokens)
-        for listener in self.listeners:
-            for piece, (p0, at) in zip(pieces, starts, strict=True):
-                listener.seq_decoded(self.model, piece.seq, p0, piece.tokens, at)
+        self.listened_s = 0.0
+        if self.listeners:
+            llama_cpp.llama_synchronize(self.model.ctx)  # (the decode's own time ends here)
+            t0 = time.perf_counter()
+            for listener in self.listeners:
+                for piece, (p0, at) in zip(pieces, starts, strict=True):
+                    listener.seq_decoded(self.model, piece.seq, p0, piece.tokens, at)
+            self.listened_s = time.perf_counter() - t0
         if rows == 0:
             llama_cpp.llama_synchronize(self.model.ctx)
             return [None] * len(pieces)
@@ -265,7 +273,7 @@ class OneSequence:
             ctx.prefill([Piece(seq, tokens[:cut], "none")])
         t0 = time.perf_counter()
         row = ctx.decode([Piece(seq, tokens[cut:], "last")])[0]
-        self.record(len(tokens) - cut, time.perf_counter() - t0)
+        self.record(len(tokens) - cut, time.perf_counter() - t0 - ctx.listened_s)
         return row
 
     def decode_greedy(self, tokens: Sequence[int], outputs: Literal["last", "all"] = "last") -> list[int]:
