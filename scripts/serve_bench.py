@@ -265,8 +265,9 @@ def _start_tandem(
 ) -> Running:
     """`tandem serve` on a free port (printed on its stderr, which a thread keeps draining)."""
     global _tandem_parallel
-    models = ["--target", str(target), *(["--draft", str(draft)] if draft else ["--baseline"])]
-    models += ["--drafter", drafter] if drafter and draft else []
+    # (The baseline server is "tandem-baseline"; "tandem" without a draft drafts alone.)
+    models = ["--target", str(target), *(["--draft", str(draft)] if draft else [])]
+    models += ["--baseline"] if name != "tandem" else ["--drafter", drafter] if drafter else []
     models += list(extra)
     base = [sys.executable, "-m", "tandem.cli.main", "serve", *models]
     base += ["--threads", str(threads), "--ctx", str(ctx), "--port", "0"]
@@ -684,13 +685,13 @@ def clients_main(argv: list[str]) -> None:
         "Tandem and llama.cpp leave it); a spin given shows what the wait costs",
     )
     parser.add_argument("--json", type=Path, help="write every measurement and the medians here")
-    parser.add_argument("--target", type=Path, help="a target file instead of --pair (with --draft)")
-    parser.add_argument("--draft", type=Path, help="the draft file beside --target")
+    parser.add_argument("--target", type=Path, help="a target file instead of --pair")
+    parser.add_argument("--draft", type=Path, help="the draft file beside --target (none: it drafts alone)")
     parser.add_argument("--llama-server", type=Path, help="this llama-server instead of building one")
     parser.add_argument("--gpu-layers", type=int, help="layers on the GPU, for every server")
     args = parser.parse_args(argv)
-    if (args.target is None) != (args.draft is None):
-        parser.error("--target and --draft go together")
+    if args.draft is not None and args.target is None:
+        parser.error("--draft goes with --target (alone: the target drafts with its heads or lookup)")
     if args.spin is not None:
         os.environ["GOMP_SPINCOUNT"] = str(args.spin)  # (every server started below inherits it)
     if args.runs < 1 or args.requests < 1 or args.n < 1:
@@ -719,7 +720,7 @@ def clients_main(argv: list[str]) -> None:
         target, draft = (args.target, args.draft) if pair == "files" else _pair_models(pair)
         entry: dict[str, Any] = {"target": str(target), "draft": str(draft), "measurements": []}
         report["pairs"][pair] = entry
-        print(f"{pair}: target {target.name}, draft {draft.name}", flush=True)
+        print(f"{pair}: target {target.name}, draft {draft.name if draft else 'none'}", flush=True)
         for n in args.clients:
             for run in range(args.runs):
                 order = args.servers if run % 2 == 0 else args.servers[::-1]
