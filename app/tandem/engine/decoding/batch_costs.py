@@ -137,8 +137,8 @@ class BatchCosts:
         # Priors until measured (BatchEngine.calibrate measures at start): a verify row costs a
         # tenth of a step, a draft step `draft_ratio` of one.
         self.verify = CostTable(step_s, step_s * 0.1)
-        self.draft = CostTable(step_s * draft_ratio, step_s * draft_ratio * 0.1)
-        self._prior = (step_s * draft_ratio, step_s * draft_ratio * 0.1)
+        self._prior = (step_s * draft_ratio, step_s * draft_ratio * 0.1)  # (every draft table's)
+        self.draft = CostTable(*self._prior)
         self._own: dict[str, CostTable] = {}  # the steps of kinds with a context of their own
 
     def table(self, name: str | None) -> CostTable:

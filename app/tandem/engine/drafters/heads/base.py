@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,18 @@ if TYPE_CHECKING:
 # Target positions a head takes rows for beyond its entries before it catches up unasked (a
 # long prefill goes in chunk by chunk, rather than all at the first draft).
 FLUSH_ROWS = 64
+
+
+def put_rows(buffer: npt.NDArray[Any], i: int, rows: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
+    """`rows` written into `buffer` from row i on; the buffer, grown (doubled at least, its
+    first i rows kept) when they do not fit: a head's rows by position, or rows waiting."""
+    end = i + len(rows)
+    if end > len(buffer):
+        grown = np.zeros((max(2 * len(buffer), end), buffer.shape[1]), dtype=buffer.dtype)
+        grown[:i] = buffer[:i]
+        buffer = grown
+    buffer[i:end] = rows
+    return buffer
 
 
 @dataclass
@@ -226,12 +238,7 @@ class EntryHead(Head):
         self._put(pos0, self._rows_of(model, n, at))
 
     def _put(self, pos0: int, rows: npt.NDArray[np.float32]) -> None:
-        end = pos0 + len(rows)
-        if end > len(self._rows):
-            grown = np.zeros((max(2 * len(self._rows), end), self._rows.shape[1]), dtype=np.float16)
-            grown[:pos0] = self._rows[:pos0]
-            self._rows = grown
-        self._rows[pos0:end] = rows
+        self._rows = put_rows(self._rows, pos0, rows)
 
     def _rows_ready(self) -> None:
         """Make every row taken readable (a kind that makes its rows late: EAGLE-3's)."""

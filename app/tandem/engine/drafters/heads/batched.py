@@ -9,7 +9,8 @@ Every head follows every decode of its sequence (the target's SeqContext tells i
 place of the sequence's tokens in the batch: llama.cpp hands the rows back in the batch's
 order), whatever the request drafts with: a head is in step with its sequence's cache at every
 round, a cache reused by the next request included, and nothing is read twice. That costs
-each decode a copy of its rows, which the calibration and the rounds' timings include.
+each decode a copy of its rows (and, every FLUSH_ROWS positions, a catch-up pass), which the
+target's cost tables leave out (SeqContext.listened_s): it is paid whatever K is.
 """
 
 from __future__ import annotations
@@ -101,9 +102,6 @@ class HeadsBatch(BatchProposerBase, Generic[H]):
             if got.passes > 1:
                 self.record(1, (time.perf_counter() - t0 - got.first_s) / (got.passes - 1))
         return time.perf_counter() - start
-
-    def keep(self, seq: int, n: int) -> None:
-        self.heads[seq].truncate(n)
 
     def close(self) -> None:
         if self in self._seqs.listeners:

@@ -45,7 +45,7 @@ from ..spec import (
     RoundView,
     Words,
 )
-from .base import FLUSH_ROWS, HeadDrafterBase, attached
+from .base import FLUSH_ROWS, HeadDrafterBase, attached, put_rows
 from .files import DrafterFacts, read_trained
 from .trained import TrainedHead, trained_spec
 
@@ -119,13 +119,7 @@ class DFlashHead(TrainedHead):
         """Keep the batch's rows for injection."""
         self.truncate(pos0)
         rows = self.context.target_rows(len(tokens), at)
-        at = pos0 - self.injected
-        end = at + len(rows)
-        if end > len(self._waiting):
-            grown = np.zeros((max(2 * len(self._waiting), end), self._waiting.shape[1]), dtype=np.float32)
-            grown[:at] = self._waiting[:at]
-            self._waiting = grown
-        self._waiting[at:end] = rows
+        self._waiting = put_rows(self._waiting, pos0 - self.injected, rows)
         self.track.seen.extend(tokens)
         if len(self.track.seen) - self.injected > FLUSH_ROWS:
             self._inject()

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from ...config import DRAFT_MAX_LIMIT
 from ...files.gguf_info import GGUFInfo
 from ..spec import Words
-from .base import FLUSH_ROWS, EntryHead, HeadDrafter, attached
+from .base import FLUSH_ROWS, EntryHead, HeadDrafter, attached, put_rows
 from .files import DrafterFacts, positive, read_trained
 from .trained import TrainedHead, trained_spec
 
@@ -80,13 +80,7 @@ class Eagle3Head(TrainedHead, EntryHead):
         pass of the encoder each (one or two rows, where a pass encodes ENCODE_CHUNK), and a
         round that does not draft pays for nothing it reads."""
         self._encoded = min(self._encoded, pos0)
-        i = pos0 - self._encoded
-        raw = self.context.target_rows(n, at)
-        if i + n > len(self._raw):
-            grown = np.zeros((max(2 * len(self._raw), i + n), self._raw.shape[1]), dtype=np.float32)
-            grown[:i] = self._raw[:i]
-            self._raw = grown
-        self._raw[i : i + n] = raw
+        self._raw = put_rows(self._raw, pos0 - self._encoded, self.context.target_rows(n, at))
 
     def truncate(self, n: int) -> None:
         super().truncate(n)
