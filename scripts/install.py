@@ -24,6 +24,11 @@ cached as a wheel under ~/.cache/tandem/llama-wheels (TANDEM_WHEEL_CACHE), one p
 and set of flags, so a second venv of the same flavour installs in seconds (pip's own cache
 cannot tell a CPU build from a GPU one: it keys wheels by the source alone).
 
+Patches: where a build needs a change to llama.cpp that upstream has not made, the change is a
+patch in scripts/patches/ (its reason and upstream links at its top), applied to the sdist's
+vendored llama.cpp before the build; the install stops, naming the patch, if it no longer
+applies. Today: the Vulkan flavour's batch-invariant kernels (exact output on Vulkan).
+
 Offline (`--offline DIR`): llama-cpp-python's sdist and every other package come from DIR, and
 the build uses the build tools already installed (scikit-build-core, cmake, ninja).
 """
@@ -39,6 +44,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import venv
 from pathlib import Path
 
@@ -46,6 +53,10 @@ LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 ROOT = Path(__file__).resolve().parent.parent
 MARKER_NAME = "tandem-llama-build.json"
 FLAVOURS = ("cpu", "cuda", "metal", "vulkan")
+PATCHES = ROOT / "scripts" / "patches"
+# The patches a build takes, by the backend its CMake arguments turn on (applied in this order
+# to llama-cpp-python's vendored llama.cpp, with `git apply`, else `patch -p1`).
+BACKEND_PATCHES = {"-DGGML_VULKAN=on": ("vulkan-batch-invariant.patch",)}
 # The GPU backends' libraries in llama_cpp/lib: a build that has none of them runs on the CPU.
 GPU_LIBS = ("ggml-cuda", "ggml-metal", "ggml-vulkan")
 
@@ -257,9 +268,65 @@ def wheel_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tandem" / "llama-wheels"
 
 
+def build_patches(args: list[str]) -> list[Path]:
+    """The patches a build with these CMake arguments takes."""
+    on = {a.replace("=ON", "=on").replace("=1", "=on") for a in args}
+    return [PATCHES / name for flag, names in BACKEND_PATCHES.items() if flag in on for name in names]
+
+
+def apply_patch(patch: Path, source: Path) -> None:
+    """Applies `patch` to the llama.cpp tree at `source`; exits naming it if it does not apply."""
+    git, patch_tool = shutil.which("git"), shutil.which("patch")
+    if git:
+        check = [git, "apply", "--check", str(patch)]
+        apply = [git, "apply", str(patch)]
+    elif patch_tool:
+        check = [patch_tool, "-p1", "--forward", "--batch", "--dry-run", "-i", str(patch)]
+        apply = [patch_tool, "-p1", "--forward", "--batch", "-i", str(patch)]
+    else:
+        say(f"building llama.cpp with {patch.name} needs git or patch: install one of them")
+        sys.exit(1)
+    # (git must not take a repository above the sdist for the tree to patch)
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(source.parent))
+    found = subprocess.run(check, cwd=source, capture_output=True, text=True, env=env)
+    if found.returncode != 0:
+        detail = (found.stderr or found.stdout).strip().splitlines()
+        say(
+            f"{patch.relative_to(ROOT)} no longer applies to {LLAMA_CPP_PYTHON}'s llama.cpp "
+            f"({detail[0] if detail else 'no detail'}): the patch must be redone for this version"
+        )
+        sys.exit(1)
+    subprocess.run(apply, cwd=source, check=True, capture_output=True, env=env)
+
+
+def patched_source(py: Path, patches: list[Path], offline: Path | None, work: Path) -> Path:
+    """llama-cpp-python's sdist unpacked in `work`, its vendored llama.cpp patched."""
+    sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz")) if offline is not None else []
+    if offline is None:
+        sdist_only = ["--no-deps", "--no-binary", ":all:"]
+        run([str(py), "-m", "pip", "download", "-q", *sdist_only, "-d", str(work), LLAMA_CPP_PYTHON])
+        sdists = sorted(work.glob("llama_cpp_python-*.tar.gz"))
+    if not sdists:
+        say(f"no llama_cpp_python-*.tar.gz in {offline or work}: put llama-cpp-python's sdist there")
+        sys.exit(1)
+    with tarfile.open(sdists[-1]) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(work, filter="data")
+        else:  # (Python before 3.10.12: no filters)
+            tar.extractall(work)  # (the sdist pip just fetched, or the one the user named)
+    source = next(p for p in work.iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python-"))
+    for patch in patches:
+        say(f"applying {patch.relative_to(ROOT)}")
+        apply_patch(patch, source / "vendor" / "llama.cpp")
+    return source
+
+
 def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, force: bool) -> Path:
     """The llama-cpp-python wheel built with these flags: from the cache, else built into it."""
+    patches = build_patches(args)
     wanted = [LLAMA_CPP_PYTHON, flavour, args, platform.machine()]
+    if patches:  # (a build without patches keeps the key it had before patches existed)
+        wanted.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in patches])
     key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
     folder = wheel_cache() / f"{flavour}-{key}"
     found = sorted(folder.glob("llama_cpp_python-*.whl"))
@@ -275,14 +342,19 @@ def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, f
     # No pip cache: it keys built wheels by the source alone, and may hand back another flavour.
     cmd = [str(py), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(part)]
     if offline is not None:
-        sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz"))
-        if not sdists:
-            say(f"no llama_cpp_python-*.tar.gz in {offline}: put llama-cpp-python's sdist there")
-            sys.exit(1)
-        cmd += ["--no-index", "--find-links", str(offline), "--no-build-isolation", str(sdists[-1])]
-    else:
-        cmd.append(LLAMA_CPP_PYTHON)
-    run(cmd, env=env)
+        cmd += ["--no-index", "--find-links", str(offline), "--no-build-isolation"]
+    with tempfile.TemporaryDirectory(prefix="tandem-llama-src-") as work:
+        if patches:
+            cmd.append(str(patched_source(py, patches, offline, Path(work))))
+        elif offline is not None:
+            sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz"))
+            if not sdists:
+                say(f"no llama_cpp_python-*.tar.gz in {offline}: put llama-cpp-python's sdist there")
+                sys.exit(1)
+            cmd.append(str(sdists[-1]))
+        else:
+            cmd.append(LLAMA_CPP_PYTHON)
+        run(cmd, env=env)
     built = sorted(part.glob("llama_cpp_python-*.whl"))
     if not built:
         say(f"pip built no wheel in {part}; see its output above")
@@ -301,6 +373,9 @@ def chosen_build() -> tuple[str, list[str]]:
 def ensure_llama(py: Path, venv_dir: Path, force: bool, offline: Path | None) -> None:
     flavour, args = chosen_build()
     wanted: dict[str, object] = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
+    patches = build_patches(args)
+    if patches:  # (a venv built before a patch changed is rebuilt)
+        wanted["patches"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in patches}
     marker = venv_dir / MARKER_NAME
     have = installed_build(py)
     wants_rpc = RPC_ARG in args

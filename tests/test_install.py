@@ -161,9 +161,66 @@ def test_each_flavour_and_flag_set_has_its_own_cached_build(
         (out / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"")
 
     monkeypatch.setattr(install, "run", fake_run)
+    patched: list[list[Path]] = []
+
+    def fake_source(py: Path, patches: list[Path], offline: Path | None, work: Path) -> Path:
+        patched.append(patches)
+        return work / "llama_cpp_python-0.3.36"
+
+    monkeypatch.setattr(install, "patched_source", fake_source)
     cpu = install.llama_wheel(Path("python"), "cpu", ["-DGGML_AVX2=ON"], None, False)
     vulkan = install.llama_wheel(Path("python"), "vulkan", ["-DGGML_VULKAN=on"], None, False)
     assert cpu.parent != vulkan.parent and cpu.parent.name.startswith("cpu-")
     assert install.llama_wheel(Path("python"), "cpu", ["-DGGML_AVX2=ON"], None, False) == cpu
     assert len(built) == 2  # the second CPU install took the cached wheel
     assert all("--no-cache-dir" in cmd for cmd in built)
+    # The Vulkan build is of the patched source (its folder named in pip's command), the CPU's not.
+    assert patched == [[ROOT / "scripts" / "patches" / "vulkan-batch-invariant.patch"]]
+    assert built[0][-1] == install.LLAMA_CPP_PYTHON and built[1][-1].endswith("llama_cpp_python-0.3.36")
+
+
+def test_a_vulkan_build_takes_the_patch_and_its_cache_key_follows_it(
+    install: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    patch = install.build_patches(["-DGGML_VULKAN=on", "-DGGML_RPC=ON"])
+    assert [p.name for p in patch] == ["vulkan-batch-invariant.patch"] and patch[0].is_file()
+    assert install.build_patches(["-DGGML_VULKAN=ON"]) == patch  # (CMake's ON, a user's own flags)
+    assert install.build_patches(["-DGGML_AVX2=ON"]) == [] and install.build_patches(["-DGGML_CUDA=on"]) == []
+    # A changed patch is another build: the wheel cache's folder is keyed by its contents.
+    monkeypatch.setenv("TANDEM_WHEEL_CACHE", str(tmp_path / "cache"))
+    folders: list[str] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str] | None = None) -> None:
+        out = Path(cmd[cmd.index("-w") + 1])
+        folders.append(out.name)
+        out.mkdir(parents=True)
+        (out / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"")
+
+    monkeypatch.setattr(install, "run", fake_run)
+    monkeypatch.setattr(install, "patched_source", lambda py, patches, offline, work: work)
+    install.llama_wheel(Path("python"), "vulkan", ["-DGGML_VULKAN=on"], None, False)
+    changed = tmp_path / "patches"
+    changed.mkdir()
+    (changed / "vulkan-batch-invariant.patch").write_text(patch[0].read_text() + "\n")
+    monkeypatch.setattr(install, "PATCHES", changed)
+    install.llama_wheel(Path("python"), "vulkan", ["-DGGML_VULKAN=on"], None, False)
+    assert len(folders) == 2 and folders[0] != folders[1]
+
+
+def test_a_patch_that_no_longer_applies_stops_the_install_naming_it(
+    install: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new llama-cpp-python whose ggml-vulkan.cpp moved on: one line, and no build."""
+    source = tmp_path / "llama.cpp"
+    vulkan = source / "ggml" / "src" / "ggml-vulkan"
+    vulkan.mkdir(parents=True)
+    (vulkan / "ggml-vulkan.cpp").write_text("// another version\n")
+    (vulkan / "ggml-vulkan-types.h").write_text("// another version\n")
+    with pytest.raises(SystemExit) as stop:
+        install.apply_patch(install.build_patches(["-DGGML_VULKAN=on"])[0], source)
+    assert stop.value.code == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1
+    assert "scripts/patches/vulkan-batch-invariant.patch no longer applies" in said[0]
+    assert "must be redone" in said[0]
+    assert (vulkan / "ggml-vulkan.cpp").read_text() == "// another version\n"  # untouched
