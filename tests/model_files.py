@@ -68,7 +68,7 @@ QWEN_CODER_0_5B_SHA256 = (
 )
 
 # llama_ftype values for llama_model_quantize.
-FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
+FTYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
 
 
 def _sha256(path: Path) -> str:
@@ -202,6 +202,17 @@ def smollm2(ftype: str) -> Path:
     if ftype == "Q4_1":
         return smollm2_q4_1()
     return _requantize(smollm2_q4_1(), CACHE / f"SmolLM2-135M-Instruct.{ftype}.gguf", ftype)
+
+
+def tiny_quantized(ftype: str, *, draft: bool = False) -> Path:
+    """A tiny random-weight llama 256 wide (K-quants take rows of 256) quantized by llama.cpp
+    to `ftype` ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"); draft: one that agrees with
+    it about half the time (greedy)."""
+    if draft:
+        src = tiny_model("w256-draft", seed=22, base_seed=21, noise=0.6, n_embd=256)
+    else:
+        src = tiny_model("w256", seed=21, n_embd=256)
+    return _requantize(src, CACHE / f"{src.stem}.{ftype}.gguf", ftype)
 
 
 def _requantize(src: Path, out: Path, ftype: str) -> Path:

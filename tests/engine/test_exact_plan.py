@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tandem.engine.files.gguf_info import GGUFInfo, TensorInfo
-from tandem.engine.llama.exact import REPACK_GEMV_ROWS, ExactPlan, float_matrices, plan
+from tandem.engine.llama.exact import (
+    REPACK_GEMV_ROWS,
+    VULKAN_INVARIANT_ROWS,
+    ExactPlan,
+    float_matrices,
+    has_experts,
+    plan,
+)
 
 pytestmark = pytest.mark.fast  # pure logic: the fast lane (pytest -m fast)
 
@@ -54,6 +61,43 @@ def test_what_rules_exactness_out_is_said_in_one_line(over: dict[str, object], w
     p = plan(**facts(**over))  # type: ignore[arg-type]
     assert not p.possible
     assert p.why_not is not None and words in p.why_not and "\n" not in p.why_not
+
+
+def vulkan(**over: object) -> dict[str, object]:
+    """A target with every layer on a Vulkan device whose backend has the batch-invariant switch."""
+    gpu = {"backends": ["Vulkan0", "CPU"], "invariant_gpus": ["Vulkan0"]}
+    return facts(**{**gpu, "buffers": {"Vulkan0", "CPU_Mapped"}, **over})
+
+
+def test_vulkan_with_the_invariant_kernels_is_exact_up_to_their_rows() -> None:
+    p = plan(**vulkan())  # type: ignore[arg-type]
+    assert p.possible and p.rows == VULKAN_INVARIANT_ROWS == 16
+    assert p.k_max(8) == 8 and p.k_max(24) == 15
+    # (float weights go through the same mat-vec shaders there: no sgemm to rule them out)
+    assert plan(**vulkan(float_matrices=["token_embd.weight"])).possible  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("over", "words"),
+    [
+        ({"invariant_gpus": []}, "lacks Tandem's batch-invariant kernels"),
+        ({"backends": ["CUDA0", "CPU"], "invariant_gpus": []}, "CUDA0, whose kernels depend on the batch"),
+        ({"backends": ["Vulkan0", "Vulkan1", "CPU"]}, "lacks Tandem's batch-invariant kernels"),
+        ({"every_layer_on_gpu": False}, "only some of the target's layers"),
+        ({"flash_attn_off": True}, "flash attention is off"),
+        ({"recurrent": True}, "recurrent state"),
+        ({"experts": True}, "mixture of experts"),
+    ],
+)
+def test_what_rules_exactness_out_on_a_gpu_is_said_in_one_line(over: dict[str, object], words: str) -> None:
+    p = plan(**vulkan(**over))  # type: ignore[arg-type]
+    assert not p.possible
+    assert p.why_not is not None and words in p.why_not and "\n" not in p.why_not
+
+
+def test_expert_weights_are_found_by_name() -> None:
+    assert has_experts(_info(("blk.0.ffn_up_exps.weight", (64, 128, 8), Q4_K)))
+    assert not has_experts(_info(("blk.0.ffn_up.weight", (64, 128), Q4_K)))
 
 
 def _info(*tensors: tuple[str, tuple[int, ...], int]) -> GGUFInfo:

@@ -18,8 +18,16 @@ fusion) removes the first and the third, and costs nothing at one row; it is set
 decodes whose rows are read (prefill keeps the fast kernels: both runs prefill alike). Repacked
 weights stay exact while a batch has at most 3 rows (ggml-cpu/repack.cpp: "more than three
 rows: gemm"), so K is capped at 2 there. The last two cannot be reached from here: such a target
-is not exact (`ExactPlan.why_not` says why), nor is one on a GPU, whose backends choose kernels
-by batch size too and have no reference switch.
+is not exact (`ExactPlan.why_not` says why).
+
+On a GPU the backends choose kernels by batch size too, and have no reference switch. Tandem's
+Vulkan build adds one (scripts/patches/vulkan-batch-invariant.patch): with it on, a matmul of
+up to 16 rows stays on the mat-vec shaders a one-row decode uses (their choice of Q8_1 or float
+activations made as for one row), and flash attention packs the query heads per token and
+splits the KV cache into fixed 512-cell pieces. A row's sums then do not depend on how many
+rows share its batch, nor on how many cells past it the KV view holds. It holds with every
+layer on Vulkan, flash attention on, and no expert weights (their matmuls are not covered).
+CUDA and Metal have no such switch: a target there is not exact.
 
 This module decides from what a loaded target is made of (a pure plan); exact_kernels.py finds
 that out from llama.cpp and flips the switch.
@@ -39,6 +47,8 @@ if TYPE_CHECKING:
 
 # Rows a repacked weight still multiplies one at a time (its gemv): ggml-cpu/repack.cpp.
 REPACK_GEMV_ROWS = 3
+# Rows the batch-invariant Vulkan kernels cover (batch_invariant_max_cols in the patch).
+VULKAN_INVARIANT_ROWS = 16
 
 # Where ggml keeps weights it multiplies with its ordinary kernels (CPU_Mapped: a mmap'd file).
 PLAIN_BUFFERS = frozenset({"CPU", "CPU_Mapped"})
@@ -85,6 +95,12 @@ def resolve(config: GenerationConfig, plan: ExactPlan, where: str = "here") -> G
     return replace(config, exact=True, draft_max=k if k != config.k_max else config.draft_max)
 
 
+_FLASH_ATTN_OFF = (
+    "flash attention is off (TANDEM_FLASH_ATTN=off), and attention without it depends on the batch size"
+)
+_RECURRENT = "the target has a recurrent state, which Tandem has not measured for exactness"
+
+
 def plan(
     *,
     backends: Sequence[str],
@@ -93,27 +109,24 @@ def plan(
     recurrent: bool,
     float_matrices: Sequence[str],
     buffers: Iterable[str],
+    invariant_gpus: Sequence[str] = (),
+    every_layer_on_gpu: bool = True,
+    experts: bool = False,
 ) -> ExactPlan:
-    """What exactness needs on a target, from what is known of it: its context's backends (and
-    how many of them are CPU backends `use_ref` reaches), whether flash attention was turned
-    off, whether it is recurrent, its float weight matrices, the buffer types of its weights."""
+    """What exactness needs on a target, from what is known of it: its context's backends (how
+    many of them are CPU backends `use_ref` reaches, which GPU backends have the batch-invariant
+    switch), whether flash attention was turned off, whether it is recurrent, its float weight
+    matrices, the buffer types of its weights; on a GPU, whether every layer is there and
+    whether it has expert weights."""
     gpus = [b for b in backends if b != "CPU"]
     if gpus:
-        return ExactPlan(
-            why_not=f"the target runs with {', '.join(gpus)}, whose kernels depend on the batch size "
-            "(exact output is for targets on the CPU)"
-        )
+        return _gpu_plan(gpus, invariant_gpus, every_layer_on_gpu, flash_attn_off, recurrent, experts)
     if cpu_backends == 0:
         return ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
     if flash_attn_off:
-        return ExactPlan(
-            why_not="flash attention is off (TANDEM_FLASH_ATTN=off), and attention without it "
-            "depends on the batch size"
-        )
+        return ExactPlan(why_not=_FLASH_ATTN_OFF)
     if recurrent:
-        return ExactPlan(
-            why_not="the target has a recurrent state, which Tandem has not measured for exactness"
-        )
+        return ExactPlan(why_not=_RECURRENT)
     if float_matrices:
         shown = ", ".join(float_matrices[:2]) + (
             f" and {len(float_matrices) - 2} more" if len(float_matrices) > 2 else ""
@@ -130,6 +143,49 @@ def plan(
             "has not measured for exactness"
         )
     return ExactPlan(rows=REPACK_GEMV_ROWS if REPACK_BUFFER in found else None)
+
+
+def _gpu_plan(
+    gpus: Sequence[str],
+    invariant_gpus: Sequence[str],
+    every_layer: bool,
+    flash_attn_off: bool,
+    recurrent: bool,
+    experts: bool,
+) -> ExactPlan:
+    """Exactness on GPU backends: only where each has the batch-invariant switch (Vulkan built
+    with Tandem's patch), and only for what the switch covers."""
+    other = [g for g in gpus if g not in invariant_gpus]
+    if other and all(g.startswith("Vulkan") for g in other):
+        return ExactPlan(
+            why_not="this llama.cpp build's Vulkan backend lacks Tandem's batch-invariant kernels "
+            "(build it with scripts/install.py, which applies them)"
+        )
+    if other:
+        return ExactPlan(
+            why_not=f"the target runs with {', '.join(other)}, whose kernels depend on the batch size "
+            "(exact output is for targets on the CPU or on Vulkan)"
+        )
+    if not every_layer:
+        return ExactPlan(
+            why_not="only some of the target's layers are on the GPU, and those on the CPU are "
+            "computed with other kernels in a GPU build (exact output on Vulkan needs them all there)"
+        )
+    if flash_attn_off:
+        return ExactPlan(why_not=_FLASH_ATTN_OFF)
+    if recurrent:
+        return ExactPlan(why_not=_RECURRENT)
+    if experts:
+        return ExactPlan(
+            why_not="the target is a mixture of experts, whose expert matmuls on Vulkan depend on "
+            "the batch size (Tandem's batch-invariant kernels do not cover them yet)"
+        )
+    return ExactPlan(rows=VULKAN_INVARIANT_ROWS)
+
+
+def has_experts(info: GGUFInfo) -> bool:
+    """Whether the model has mixture-of-experts weights (llama.cpp's `*_exps` tensors)."""
+    return any("_exps" in t.name for t in info.tensors)
 
 
 def float_matrices(info: GGUFInfo) -> list[str]:

@@ -1,5 +1,7 @@
 """Exact output's reach into llama.cpp (exact.py says what makes a row exact): a context's
-backends, ggml's `use_ref` switch on its CPU backends, and the buffers the weights sit in.
+backends, ggml's `use_ref` switch on its CPU backends, the batch-invariant switch on its Vulkan
+backends (Tandem's build of llama.cpp: scripts/patches/vulkan-batch-invariant.patch), and the
+buffers the weights sit in.
 
 llama.cpp exposes neither the context's backends nor where a weight went, so two C++ accessors
 are bound by their Itanium-mangled names (as hidden_rows.py does): llama_context::get_sched and
@@ -42,6 +44,8 @@ _reg_proc = _c("ggml_backend_reg_get_proc_address", _p, [_p, ctypes.c_char_p])
 _buffer_type = _c("ggml_backend_buffer_get_type", _p, [_p])
 _buft_name = _c("ggml_backend_buft_name", ctypes.c_char_p, [_p])
 _SET_USE_REF = ctypes.CFUNCTYPE(None, _p, ctypes.c_bool)
+_SET_INVARIANT = _SET_USE_REF  # (same signature: backend, on)
+_INVARIANT_PROC = b"ggml_backend_vk_set_batch_invariant"
 _DEV_CPU = 0  # enum ggml_backend_dev_type
 
 _BINDINGS: tuple[Any, ...] = (_get_sched, _get_tensor, _sched_n_backends, _sched_backend, _backend_device)
@@ -54,11 +58,15 @@ def available() -> bool:
 
 
 class ReferenceKernels:
-    """The CPU backends of one llama_context, and ggml's `use_ref` switch on them."""
+    """The backends of one llama_context, and the switches that make a row's result independent
+    of its batch: ggml's `use_ref` on the CPU backends, batch-invariant kernels on the Vulkan
+    ones (where llama.cpp was built with Tandem's patch)."""
 
     def __init__(self, ctx: int) -> None:
-        self.backends: list[str] = []  # every backend's name ("CPU", "CUDA0"...)
+        self.backends: list[str] = []  # every backend's name ("CPU", "CUDA0", "Vulkan0"...)
         self._cpu: list[tuple[Any, int]] = []  # (use_ref setter, backend) per CPU backend
+        self._gpu: list[tuple[Any, int]] = []  # (batch-invariant setter, backend) per GPU backend
+        self.invariant_gpus: list[str] = []  # the GPU backends that have the switch
         self.on = False
         sched = _get_sched(ctx)
         for i in range(_sched_n_backends(sched)):
@@ -69,17 +77,23 @@ class ReferenceKernels:
                 address = _reg_proc(_dev_reg(device), b"ggml_backend_cpu_set_use_ref")
                 if address:
                     self._cpu.append((_SET_USE_REF(address), backend))
-            else:
-                self.backends.append((_backend_name(backend) or b"?").decode())
+                continue
+            name = (_backend_name(backend) or b"?").decode()
+            self.backends.append(name)
+            address = _reg_proc(_dev_reg(device), _INVARIANT_PROC) if device else None
+            if address:
+                self._gpu.append((_SET_INVARIANT(address), backend))
+                self.invariant_gpus.append(name)
 
     @property
     def cpu_backends(self) -> int:
         return len(self._cpu)
 
     def set(self, on: bool) -> None:
-        """Reference kernels on or off (read at the next graph computation: no rebuild)."""
+        """Reference (CPU) and batch-invariant (Vulkan) kernels on or off: read when the next
+        graph is computed, so nothing is rebuilt."""
         if on != self.on:
-            for setter, backend in self._cpu:
+            for setter, backend in (*self._cpu, *self._gpu):
                 setter(backend, on)
             self.on = on
 

@@ -360,6 +360,7 @@ class LoadedModel(KvMirror, Vocabulary):
         if not exact_kernels.available():
             return exact.ExactPlan(why_not="this llama.cpp build does not let Tandem reach its CPU kernels")
         self._reference = ref = exact_kernels.ReferenceKernels(self.ctx)
+        n_layer = int(llama_cpp.llama_model_n_layer(self._model))
         return exact.plan(
             backends=ref.backends,
             cpu_backends=ref.cpu_backends,
@@ -367,6 +368,10 @@ class LoadedModel(KvMirror, Vocabulary):
             recurrent=self.recurrent,
             float_matrices=exact.float_matrices(self.info),
             buffers=exact_kernels.weight_buffers(self.model_ptr, (t.name for t in self.info.tensors)),
+            invariant_gpus=ref.invariant_gpus,
+            # (llama.cpp counts the output layer as one more: n_layer + 1 offloads every one)
+            every_layer_on_gpu=self.gpu_layers < 0 or self.gpu_layers > n_layer,
+            experts=exact.has_experts(self.info),
         )
 
     @property
