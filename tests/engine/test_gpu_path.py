@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -261,10 +262,23 @@ def test_trained_drafters_on_the_gpu(kind: str) -> None:
         assert_same_greedy(pair, turn, second.ids, run(alone, turn, speculative=False, max_tokens=12).ids)
 
 
+@pytest.fixture(scope="module")
+def exact_sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
+    """conftest's sampling_pair with flash attention on, which exact output needs: on Vulkan
+    (the lane) the law below is then checked with exact output's kernels."""
+    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+    with ModelPair.load(tiny_target, draft, replace(TINY, flash_attn=1)) as pair:
+        yield pair
+
+
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
-def test_the_sampling_law_on_the_gpu(sampling_pair: ModelPair, drafter: str) -> None:
+def test_the_sampling_law_on_the_gpu(exact_sampling_pair: ModelPair, drafter: str) -> None:
     """Rejection sampling with the target's rows from the device: two tokens, top-k 2, the
-    joint law of 150 seeded answers against the target's exact one (chi-square)."""
+    joint law of 150 seeded answers against the target's exact one (chi-square); with exact
+    output wherever the target allows it (on Vulkan in the lane; not the CPU: F32 weights)."""
+    sampling_pair = exact_sampling_pair
+    if any(d.label.startswith("Vulkan") for d in sampling_pair.target.devices):
+        assert sampling_pair.target.exact_plan.possible, sampling_pair.target.exact_plan.why_not
     settings = SamplerSettings(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0)
     prompt = sampling_pair.raw_prompt("one two three four one two three four one two")
     joint = exact_joint(sampling_pair, prompt, settings, 2)
@@ -286,3 +300,4 @@ def test_the_sampling_law_on_the_gpu(sampling_pair: ModelPair, drafter: str) -> 
         rejected += sum(x.accepted < x.drafted for x in r.rounds)
     assert drafted > 100 and rejected > 10  # both outcomes of the acceptance test happened
     assert chi_square_p(joint, counts) > 1e-3
+    assert r.stats.exact == sampling_pair.target.exact_plan.possible
