@@ -268,6 +268,20 @@ def wheel_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tandem" / "llama-wheels"
 
 
+def sdist_in(folder: Path) -> Path:
+    """llama-cpp-python's sdist in `folder` (--offline's, or where pip put it); exits if none."""
+    sdists = sorted(folder.glob("llama_cpp_python-*.tar.gz"))
+    if not sdists:
+        say(f"no llama_cpp_python-*.tar.gz in {folder}: put llama-cpp-python's sdist there")
+        sys.exit(1)
+    return sdists[-1]
+
+
+def patch_digests(patches: list[Path]) -> dict[str, str]:
+    """Each patch's SHA-256, by name: what keys a patched build in the cache and the venv."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patches}
+
+
 def build_patches(args: list[str]) -> list[Path]:
     """The patches a build with these CMake arguments takes."""
     on = {a.replace("=ON", "=on").replace("=1", "=on") for a in args}
@@ -301,15 +315,10 @@ def apply_patch(patch: Path, source: Path) -> None:
 
 def patched_source(py: Path, patches: list[Path], offline: Path | None, work: Path) -> Path:
     """llama-cpp-python's sdist unpacked in `work`, its vendored llama.cpp patched."""
-    sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz")) if offline is not None else []
     if offline is None:
         sdist_only = ["--no-deps", "--no-binary", ":all:"]
         run([str(py), "-m", "pip", "download", "-q", *sdist_only, "-d", str(work), LLAMA_CPP_PYTHON])
-        sdists = sorted(work.glob("llama_cpp_python-*.tar.gz"))
-    if not sdists:
-        say(f"no llama_cpp_python-*.tar.gz in {offline or work}: put llama-cpp-python's sdist there")
-        sys.exit(1)
-    with tarfile.open(sdists[-1]) as tar:
+    with tarfile.open(sdist_in(offline or work)) as tar:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(work, filter="data")
         else:  # (Python before 3.10.12: no filters)
@@ -326,7 +335,7 @@ def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, f
     patches = build_patches(args)
     wanted = [LLAMA_CPP_PYTHON, flavour, args, platform.machine()]
     if patches:  # (a build without patches keeps the key it had before patches existed)
-        wanted.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in patches])
+        wanted.append(list(patch_digests(patches).values()))
     key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
     folder = wheel_cache() / f"{flavour}-{key}"
     found = sorted(folder.glob("llama_cpp_python-*.whl"))
@@ -347,11 +356,7 @@ def llama_wheel(py: Path, flavour: str, args: list[str], offline: Path | None, f
         if patches:
             cmd.append(str(patched_source(py, patches, offline, Path(work))))
         elif offline is not None:
-            sdists = sorted(offline.glob("llama_cpp_python-*.tar.gz"))
-            if not sdists:
-                say(f"no llama_cpp_python-*.tar.gz in {offline}: put llama-cpp-python's sdist there")
-                sys.exit(1)
-            cmd.append(str(sdists[-1]))
+            cmd.append(str(sdist_in(offline)))
         else:
             cmd.append(LLAMA_CPP_PYTHON)
         run(cmd, env=env)
@@ -375,7 +380,7 @@ def ensure_llama(py: Path, venv_dir: Path, force: bool, offline: Path | None) ->
     wanted: dict[str, object] = {"package": LLAMA_CPP_PYTHON, "flavour": flavour, "cmake_args": args}
     patches = build_patches(args)
     if patches:  # (a venv built before a patch changed is rebuilt)
-        wanted["patches"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in patches}
+        wanted["patches"] = {name: digest[:16] for name, digest in patch_digests(patches).items()}
     marker = venv_dir / MARKER_NAME
     have = installed_build(py)
     wants_rpc = RPC_ARG in args

@@ -87,8 +87,7 @@ def tiny_draft() -> Path:
 def sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
     """The tiny target with a draft close enough that, at temperature 1 and top-k 4, about a
     third of drafted tokens are accepted: accepts, rejections and bonus tokens all occur often."""
-    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
-    pair = load_pair(tiny_target, draft, TINY)
+    pair = load_pair(tiny_target, model_files.tiny_close_draft(), TINY)
     yield pair
     pair.close()
 

@@ -52,7 +52,7 @@ def _tiny() -> Path:
 def _draft() -> Path:
     """Agrees with the tiny target most of the time greedily, and about a third of its drafts
     when sampling (temperature 1, top-k 4)."""
-    return model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+    return model_files.tiny_close_draft()
 
 
 def _foreign_draft() -> Path:

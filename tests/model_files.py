@@ -204,6 +204,12 @@ def smollm2(ftype: str) -> Path:
     return _requantize(smollm2_q4_1(), CACHE / f"SmolLM2-135M-Instruct.{ftype}.gguf", ftype)
 
 
+def tiny_close_draft() -> Path:
+    """A draft close to tiny-a (conftest's tiny_target): at temperature 1 and top-k 4 about a
+    third of its tokens are accepted (the sampling-law tests' pair)."""
+    return tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+
+
 def tiny_quantized(ftype: str, *, draft: bool = False) -> Path:
     """A tiny random-weight llama 256 wide (K-quants take rows of 256) quantized by llama.cpp
     to `ftype` ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"); draft: one that agrees with

@@ -235,7 +235,7 @@ def test_a_seeded_answer_repeats_and_exact_is_not_claimed_where_it_does_not_hold
 def tiny_parallel(tiny_target: Path) -> Iterator[BatchEngine]:
     """The sampling test's pair (a draft accepted about a third of the time at temperature 1,
     top-k 4: accepts, rejections and bonus tokens all occur) with 4 sequences."""
-    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
+    draft = model_files.tiny_close_draft()
     options = LoadOptions(n_ctx=256, n_seq=4, n_threads=1)
     with ModelPair.load(tiny_target, draft, options) as pair, running(pair) as eng:
         yield eng

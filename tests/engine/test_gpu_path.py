@@ -266,8 +266,7 @@ def test_trained_drafters_on_the_gpu(kind: str) -> None:
 def exact_sampling_pair(tiny_target: Path) -> Iterator[ModelPair]:
     """conftest's sampling_pair with flash attention on, which exact output needs: on Vulkan
     (the lane) the law below is then checked with exact output's kernels."""
-    draft = model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2)
-    with ModelPair.load(tiny_target, draft, replace(TINY, flash_attn=1)) as pair:
+    with ModelPair.load(tiny_target, model_files.tiny_close_draft(), replace(TINY, flash_attn=1)) as pair:
         yield pair
 
 

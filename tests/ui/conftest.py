@@ -51,7 +51,7 @@ def tiny_ref(tiny_target: Path, tiny_draft: Path) -> PairRef:
 @pytest.fixture(scope="session")
 def tiny_close_ref(tiny_target: Path) -> PairRef:
     """The tiny target with a draft that agrees with it more often."""
-    return PairRef(tiny_target, model_files.tiny_model("a-draft-close", seed=2, base_seed=1, noise=0.2))
+    return PairRef(tiny_target, model_files.tiny_close_draft())
 
 
 @pytest.fixture(scope="session")
