@@ -9,7 +9,8 @@ batching). A round:
     2. choose  K per decoding sequence from the costs learnt as functions of the whole batch
                (batch_costs.py): with enough sequences drafting stops paying, and K is 0;
     3. draft   each kind's proposer for the sequences it drafts for this round, at once (the
-               draft model in ONE batch per draft step, its catch-up in the first);
+               draft model in ONE batch per draft step, its catch-up in the first; a draft may
+               be finished by a free kind that continues it: prompt lookup after a model step);
     4. verify  every decoding sequence's [last, d1..dK], and a bounded share of the prompts
                still being read, in ONE llama_decode;
     5. accept  per sequence with its own sampler settings and random stream (round.py's rules),
@@ -29,6 +30,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +79,7 @@ class _Seq:
     base: GenerationStats
     kind: str  # the drafter choice as run ("" none)
     proposers: list[BatchProposer]  # those of its choice
+    continuer: BatchProposer | None  # the free one of them that may finish another's draft
     prefill_at: int  # prompt tokens in the target's cache (the last one is decoded in round one)
     reused: int
     t_admitted: float
@@ -281,6 +284,7 @@ class BatchEngine:
             base=base,
             kind=kind,
             proposers=proposers,
+            continuer=next((p for p in proposers if p.continues), None),
             prefill_at=reused,
             reused=reused,
             t_admitted=time.perf_counter(),
@@ -459,7 +463,21 @@ class BatchEngine:
             if k == 0 or given is None:
                 s.no_drafts()
                 continue
-            s.lane = Lane(s.seq, s.history, s.req.config, s.rng, given, k)
+            s.lane = lane = Lane(s.seq, s.history, s.req.config, s.rng, given, k)
+            finisher = s.continuer
+            if finisher is not None and s.proposer is not None and s.proposer.takes_tail:
+                lane.tail = partial(finisher.continuation, s.seq, s.history)
+                lane.tail_max = self._tail_max(s, finisher, given.k_max)
+                lane.looked_up_by = finisher.kind
+
+    def _tail_max(self, s: _Seq, finisher: BatchProposer, k_max: int) -> int:
+        """The most a free kind may add to another's draft for `s` (a composition: Lane.tail):
+        the K it would be given drafting for `s` alone, by its acceptance and the verify's costs
+        (as the single sequence's hybrid asks prompt lookup's policy). A fixed K, whose answer
+        must not depend on timing: up to K."""
+        if not s.req.config.drafts_adaptively:
+            return k_max
+        return self.costs.choose([Want(s.alpha[finisher.kind], k_max, False)])[0]
 
     def _draft(self, decoding: list[_Seq]) -> dict[int, float]:
         """Every proposer drafts for the sequences it was given, at once; the seconds each
@@ -489,10 +507,10 @@ class BatchEngine:
                 for row in range(k + 1):
                     if not np.isfinite(logits[row, best[row]]):  # (NaN and +inf win an argmax)
                         raise NonFiniteLogits("NaN or infinite logits")
-                accepted, own = accept_greedy(drafts, best)
+                accepted, own_token = accept_greedy(drafts, best)
             else:
                 qs = lane.qs if lane is not None else []
-                accepted, own = accept_sampled(logits, drafts, qs, sampler, s.rng)
+                accepted, own_token = accept_sampled(logits, drafts, qs, sampler, s.rng)
         except NonFiniteLogits:
             self._release(s)
             s.req.fail(self.target.non_finite(len(s.history)))
@@ -503,13 +521,16 @@ class BatchEngine:
         for each in s.proposers:
             each.keep(s.seq, keep)
         proposer = s.proposer if k else None
+        looked_up = lane.looked_up if lane is not None and k else 0
         if proposer is not None:
-            rate = accepted / k
-            kind = proposer.kind
-            s.alpha[kind] = ALPHA_KEEP * s.alpha[kind] + (1 - ALPHA_KEEP) * rate
-            self.alpha[kind] = ALPHA_KEEP * self.alpha[kind] + (1 - ALPHA_KEEP) * rate
-        tokens = (*drafts[:accepted], own)
-        free = proposer is not None and proposer.free
+            # Each kind is credited with its own drafts: the stepped kind's first, then what a
+            # free kind found (all of a free lane's; a tail's, when the drafts before it held).
+            own = k - looked_up
+            if own:
+                self._learn(s, proposer.kind, min(accepted, own) / own)
+            if looked_up and accepted >= own and lane is not None:
+                self._learn(s, lane.looked_up_by, (accepted - own) / looked_up)
+        tokens = (*drafts[:accepted], own_token)
         rnd = RoundEvent(
             drafted=k,
             accepted=accepted,
@@ -519,7 +540,7 @@ class BatchEngine:
             k=lane.k if lane is not None else 0,
             drafter=proposer.kind if proposer is not None else "",
             caught_up=lane.caught_up if lane is not None else 0,
-            looked_up=k if free else 0,
+            looked_up=looked_up,
             tokens=tokens,
         )
         s.llama_s += verify_s
@@ -530,6 +551,11 @@ class BatchEngine:
         s.req.emit(events)
         if s.answer.reason is not None:
             self._end(s, s.answer.reason, now)
+
+    def _learn(self, s: _Seq, kind: str, rate: float) -> None:
+        """A round's acceptance per draft of `kind` for `s`, and for the sequences after it."""
+        s.alpha[kind] = ALPHA_KEEP * s.alpha[kind] + (1 - ALPHA_KEEP) * rate
+        self.alpha[kind] = ALPHA_KEEP * self.alpha[kind] + (1 - ALPHA_KEEP) * rate
 
     def _end(self, s: _Seq, reason: StopReason, now: float | None = None) -> None:
         """The sequence's answer ends: its last events, and its sequence is free (its cache

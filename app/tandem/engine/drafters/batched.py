@@ -10,6 +10,11 @@ for them in one llama.cpp call a step or one after another (`shares_steps`: the 
 context each sequence); one that cannot says why (`Batching.why_not`; a recurrent draft model:
 registry.RECURRENT_DRAFT), and a request for it beside other sequences is refused with that
 reason, never served by another kind in silence.
+
+Compositions: a stepped kind that `takes_tail` (the draft model) may have its draft finished by
+a free kind of the same sequence that `continues` it (prompt lookup: after each draft step, does
+the text so far continue something earlier in the context?), as the single sequence's hybrid
+drafter does (hybrid.py). The engine wires them by these traits, never by name.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..config import GenerationConfig
 from ..sampling import Dist
+from . import Proposal
 
 if TYPE_CHECKING:
     from ..llama.model import LoadedModel
@@ -51,6 +57,27 @@ class Lane:
     drafts: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)  # (empty when greedy)
     caught_up: int = 0  # tokens its proposer decoded before its first draft step (one: in step)
+    # A free kind's continuation of the draft so far (drafts, most tokens) -> its tokens, and the
+    # most it may add (0: none): the engine gives them to a proposer that `takes_tail`.
+    tail: Callable[[Sequence[int], int], Proposal] | None = None
+    tail_max: int = 0
+    looked_up: int = 0  # drafts a free kind found (a free lane's all, a tail's)
+    looked_up_by: str = ""  # that kind
+
+    def finish(self, room: int) -> bool:
+        """After a draft step: append what the tail continues the draft with, at most `room`
+        tokens (and tail_max); True when it did (the draft ends there)."""
+        n = min(room, self.tail_max)
+        if self.tail is None or n <= 0:
+            return False
+        more = self.tail(self.drafts, n)
+        if not more.tokens:
+            return False
+        self.drafts += more.tokens
+        if not self.config.sampler.greedy:  # (q of each drafted token; one-hot for a lookup's)
+            self.qs += more.qs
+        self.looked_up = len(more.tokens)
+        return True
 
 
 @dataclass(frozen=True)
@@ -83,6 +110,9 @@ class BatchProposer(Protocol):
     table: str | None
     one_pass: bool
     alpha_prior: float  # acceptance per draft expected before a sequence has drafted with it
+    # Its drafts may be finished by a free kind's continuation (Lane.tail); it continues drafts.
+    takes_tail: bool
+    continues: bool
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
         """Time its decodes at the sizes rounds use, in the free sequences `seqs`, left empty."""
@@ -103,6 +133,9 @@ class BatchProposer(Protocol):
     def release(self, seq: int) -> None:
         """Sequence `seq`'s answer ended (its cache may serve a next request: see admit)."""
 
+    def continuation(self, seq: int, history: Sequence[int], drafts: Sequence[int], k: int) -> Proposal:
+        """(`continues`) Up to k tokens that continue history + drafts for `seq`, with q."""
+
     def close(self) -> None: ...
 
 
@@ -114,6 +147,8 @@ class BatchProposerBase:
     table: str | None = None
     one_pass = False
     alpha_prior = 0.5
+    takes_tail = False
+    continues = False
 
     def calibrate(self, seqs: Sequence[int], stopped: Callable[[], bool]) -> None:
         pass
@@ -126,6 +161,9 @@ class BatchProposerBase:
 
     def release(self, seq: int) -> None:
         pass
+
+    def continuation(self, seq: int, history: Sequence[int], drafts: Sequence[int], k: int) -> Proposal:
+        return Proposal()
 
     def close(self) -> None:
         pass

@@ -136,6 +136,7 @@ class LookupBatch(BatchProposerBase):
 
     kind = KIND
     free = True
+    continues = True
     alpha_prior = 0.4
 
     def __init__(self, n_vocab: int) -> None:
@@ -152,9 +153,14 @@ class LookupBatch(BatchProposerBase):
     def propose(self, lanes: Sequence[Lane]) -> float:
         for lane in lanes:  # (the run found when the round was planned, cut to its K)
             lane.drafts = list((lane.offer.found or ())[: lane.k])
+            lane.looked_up, lane.looked_up_by = len(lane.drafts), self.kind
             if not lane.config.sampler.greedy:
                 lane.qs = list(self._of[lane.seq].proposal_from(lane.drafts).qs)
         return 0.0
+
+    def continuation(self, seq: int, history: Sequence[int], drafts: Sequence[int], k: int) -> Proposal:
+        lookup = self._of[seq]
+        return lookup.proposal_from(lookup.continuation(history, drafts, k))
 
     def release(self, seq: int) -> None:
         self._of.pop(seq, None)

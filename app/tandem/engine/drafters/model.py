@@ -197,6 +197,7 @@ class ModelBatch(BatchProposerBase):
 
     kind = KIND
     alpha_prior = 0.5
+    takes_tail = True  # (a free kind may finish its draft: Lane.tail)
 
     def __init__(self, setup: BatchSetup) -> None:
         from ..llama.sequences import SeqContext  # (llama.cpp's bindings, loaded by then)
@@ -266,6 +267,8 @@ class ModelBatch(BatchProposerBase):
                 lane.drafts.append(token)
                 if q is not None:
                     lane.qs.append(q)
+                if lane.finish(lane.offer.k_max - len(lane.drafts)):
+                    continue  # (a free kind finished the draft: no more steps)
                 if len(lane.drafts) < lane.k:
                     nxt.append(lane)
                     pieces.append(Piece(lane.seq, [token], "last"))
