@@ -128,8 +128,9 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
     holds them (else a TandemError saying how many it holds); by default as many as it holds up
     to PARALLEL_DEFAULT_MAX, or one where the pair's drafting or state serves one sequence at a
     time (its own heads or a trained drafter found beside it: they draft for parallel sequences
-    one after another, each in a context of its own; a recurrent or hybrid target: one llama.cpp
-    rolls back itself serves several when asked, with --parallel N)."""
+    one after another, each in a context of its own; a recurrent or hybrid target serves several
+    when asked, with --parallel N: one llama.cpp rolls back itself within its snapshots, one
+    Tandem checkpoints with a copy of each drafting sequence's state a round)."""
     from tandem.catalog.fit import sequences_fit
 
     fit, where = sequences_fit(ref.target, ref.draft, options.n_ctx)
@@ -145,7 +146,7 @@ def parallel_sequences(ref: PairRef, options: LoadOptions, asked: int | None) ->
     else:
         info = read_gguf(ref.target)
         single = (
-            "its recurrent state is checkpointed by Tandem, one sequence at a time"
+            "its recurrent state is copied before each round that drafts (Tandem's checkpoints)"
             if rollback_of(info.architecture) == "checkpoint"
             else "its state is recurrent"
             if state_kind(info.architecture) != "attention"

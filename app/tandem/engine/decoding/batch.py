@@ -112,13 +112,6 @@ class BatchEngine:
     """N sequences of one pair; `submit` from any thread, `run` in the engine's thread."""
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None) -> None:
-        if target.recurrent and not target.snapshots:
-            raise TandemError(
-                "parallel sequences need a target whose state llama.cpp rolls back itself (an "
-                "attention model, or a hybrid such as Qwen3.5, LFM2 or Nemotron-H); this one's "
-                "recurrent state is checkpointed by Tandem, one sequence at a time: serve it with "
-                "--parallel 1"
-            )
         self.target = target
         self.draft = draft
         self.t_ctx = SeqContext(target)
@@ -134,6 +127,7 @@ class BatchEngine:
         self._free = list(range(self.n_seq))
         self._groups: list[str | None] = [None] * self.n_seq  # whose tokens each cache holds
         self._admitted = [0] * self.n_seq  # when each sequence last took a request (a count)
+        self._reread: list[Piece] = []  # this round's tokens to decode again (see _accept)
         # Set once the loop takes requests (after calibrate): a server says it is ready then.
         self.ready = threading.Event()
 
@@ -254,8 +248,8 @@ class BatchEngine:
         self._admitted[seq] = max(self._admitted) + 1
         self._free.remove(seq)
         reused = reusable(seq, self.t_ctx, head)
-        if not self.t_ctx.keep(seq, reused):  # (a recurrent state cut back too far: read anew)
-            reused = 0
+        self.t_ctx.keep(seq, reused)  # (a recurrent state may go back further: read the rest)
+        reused = len(self.t_ctx.cached[seq])
         same = group is not None and self._groups[seq] == group
         self._groups[seq] = group
         config = req.config
@@ -372,6 +366,9 @@ class BatchEngine:
         for s in opening:
             s.prefill_at = len(s.req.prompt) - 1
             s.no_drafts()
+        for s in decoding:  # (a recurrent state its rejection would take back past the snapshots)
+            if s.drafts and self.t_ctx.needs_checkpoint(len(s.drafts)):
+                self.t_ctx.checkpoint(s.seq)
         t1 = time.perf_counter()
         rows = self.t_ctx.decode([*pieces, *chunks])
         t2 = time.perf_counter()
@@ -398,6 +395,9 @@ class BatchEngine:
             # (usage's prefill_s), and its answer's time starts after it.
             self._prefilled(s)
             self._accept(s, logits, 0.0, 0.0, 0.0)
+        if self._reread:  # (what checkpointed states went back past, every sequence's at once)
+            self.t_ctx.prefill(self._reread)
+            self._reread = []
         return True
 
     # ------------------------------------------------------------------ a round's parts
@@ -424,8 +424,8 @@ class BatchEngine:
         # Each sequence's verify rows within the outputs one decode holds, and its rejected
         # drafts within what its state can be cut back by (a hybrid target's snapshots).
         k_cap = self.t_ctx.max_rows // max(1, len(decoding)) - 1
-        room = self.t_ctx.rollback_room
-        k_cap = k_cap if room is None else min(k_cap, room)
+        if self.t_ctx.snapshots:  # (a hybrid llama.cpp rolls back itself: within its snapshots)
+            k_cap = min(k_cap, self.t_ctx.snapshots)
         for s in decoding:
             config = s.req.config
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
@@ -516,8 +516,9 @@ class BatchEngine:
             s.req.fail(self.target.non_finite(len(s.history)))
             return
         keep = len(s.history) + accepted
-        if not self.t_ctx.keep(s.seq, keep):  # (K is capped so that it can: a guard)
-            self.t_ctx.prefill([Piece(s.seq, [*s.history, *drafts[:accepted]], "none")])
+        if not self.t_ctx.keep(s.seq, keep):  # (back to its checkpoint: the rest is read again)
+            kept = [*s.history, *drafts[:accepted]]
+            self._reread.append(Piece(s.seq, kept[len(self.t_ctx.cached[s.seq]) :], "none"))
         for each in s.proposers:
             each.keep(s.seq, keep)
         proposer = s.proposer if k else None

@@ -7,9 +7,10 @@ and gives each its K, and every proposer then drafts for all the sequences it wa
 
 A kind that drafts for several sequences declares it in its spec (`Batching.build`), drafting
 for them in one llama.cpp call a step or one after another (`shares_steps`: the heads, a
-context each sequence); one that cannot says why (`Batching.why_not`; a recurrent draft model:
-registry.RECURRENT_DRAFT), and a request for it beside other sequences is refused with that
-reason, never served by another kind in silence.
+context each sequence); one that cannot says why (`Batching.why_not`), and a request for it
+beside other sequences is refused with that reason, never served by another kind in silence.
+(Every kind serves several today: a recurrent draft model's sequences are checkpointed,
+llama/sequences.py.)
 
 Compositions: a stepped kind that `takes_tail` (the draft model) may have its draft finished by
 a free kind of the same sequence that `continues` it (prompt lookup: after each draft step, does

@@ -241,6 +241,7 @@ class ModelBatch(BatchProposerBase):
             if have == len(history):  # (never all: the last token is decoded to draft from it)
                 have -= 1
             ctx.keep(lane.seq, have)
+            have = len(ctx.cached[lane.seq])  # (a recurrent state may have gone back further)
             cut = max(have, len(history) - share)
             if cut > have:
                 behind.append(Piece(lane.seq, history[have:cut], "none"))
@@ -248,6 +249,7 @@ class ModelBatch(BatchProposerBase):
             pieces.append(Piece(lane.seq, history[cut:], "last"))
         if behind:
             ctx.prefill(behind)
+        first = True
         while going:
             t1 = time.perf_counter()
             rows = ctx.decode(pieces)
@@ -272,7 +274,12 @@ class ModelBatch(BatchProposerBase):
                 if len(lane.drafts) < lane.k:
                     nxt.append(lane)
                     pieces.append(Piece(lane.seq, [token], "last"))
+                    if first:
+                        # Its state holds the history now; the drafts each take a decode of
+                        # their own, and a recurrent state is rolled back within one only.
+                        ctx.checkpoint(lane.seq)
             going = nxt
+            first = False
         return time.perf_counter() - t0
 
     def keep(self, seq: int, n: int) -> None:

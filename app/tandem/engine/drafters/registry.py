@@ -225,18 +225,9 @@ def offered(target: LoadedModel, draft: LoadedModel | None) -> list[DrafterSpec]
 
 
 # ---------------------------------------------------------------------- several sequences
-# A draft model's drafts are several decodes, and llama.cpp rolls a recurrent state back only
-# within the last one (recurrence.py); the single sequence checkpoints it, parallel ones do not.
-RECURRENT_DRAFT = "a recurrent draft model rolls back within one decode only, and a draft is several"
-
-
 def _not_batching(s: DrafterSpec, draft: LoadedModel | None) -> str | None:
     """Why kind `s` does not draft for several sequences of this pair; None: it does."""
-    if s.batching.build is None:
-        return s.batching.why_not
-    if s.needs is Needs.DRAFT_MODEL and draft is not None and draft.recurrent:
-        return RECURRENT_DRAFT
-    return None
+    return s.batching.why_not if s.batching.build is None else None
 
 
 def batch_proposers(setup: BatchSetup) -> list[BatchProposer]:

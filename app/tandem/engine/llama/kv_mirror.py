@@ -25,7 +25,7 @@ from .prefix import common_prefix
 
 # Copy only the recurrent part of a hybrid's state (its attention KV cache is truncated as
 # usual); a purely recurrent model's state is that part anyway.
-_STATE_FLAGS = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+STATE_FLAGS = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
 class KvMirror:
@@ -106,10 +106,10 @@ class KvMirror:
         if self.cached:
             ctx = self._ctx
             llama_cpp.llama_synchronize(ctx)
-            size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, 0, _STATE_FLAGS))
+            size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, 0, STATE_FLAGS))
             if point.data is None or len(point.data) < size:
                 point.data = (ctypes.c_uint8 * size)()
-            point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, 0, _STATE_FLAGS))
+            point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, 0, STATE_FLAGS))
             if point.size == 0:
                 self._checkpoints.pop(slot, None)  # (truncate then starts over: slow, never wrong)
                 return
@@ -145,7 +145,7 @@ class KvMirror:
         assert point.data is not None
         ctx = self._ctx
         llama_cpp.llama_synchronize(ctx)
-        if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, 0, _STATE_FLAGS):
+        if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, 0, STATE_FLAGS):
             return False
         # The recurrent part now ends at the checkpoint; a hybrid's attention part still holds
         # the later positions: drop them.

@@ -5,10 +5,16 @@ a round of every sequence's rows is one micro-batch). `SeqContext` fills a batch
 each a run of one sequence's tokens at its next positions with or without output rows, decodes
 it in one `llama_decode`, and hands back each piece's logits rows; it mirrors which tokens each
 sequence's cache holds and cuts a sequence back after a rejection (llama_memory_seq_rm).
+
+A recurrent or hybrid model's sequence is cut back with llama.cpp's snapshots where they reach
+(within the sequence's last decode: `_room`), else to the sequence's checkpoint (`checkpoint`:
+a copy of its recurrent state, as kv_mirror.py keeps one for a single sequence), else emptied;
+`keep` says when the sequence holds less than asked, and the caller reads the rest again.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ContextOverflowError, GenerationError
+from .kv_mirror import STATE_FLAGS
 from .llama_lib import llama_cpp
 from .prefix import common_prefix
 
@@ -61,6 +68,13 @@ class SeqContext:
         # Seconds the last decode's listeners took (what follows the target is not the target's
         # cost: the cost tables leave it out).
         self.listened_s = 0.0
+        self.recurrent = model.recurrent
+        self.snapshots = model.snapshots if model.recurrent else 0
+        # Positions llama.cpp's snapshots can undo in each sequence now (its last decode's tokens
+        # but one; none after a rollback: a snapshot left from an older batch is stale, and
+        # seq_rm cannot tell), and each sequence's checkpoint (length, state bytes).
+        self._room = [0] * self.n_seq
+        self._points: dict[int, tuple[int, ctypes.Array[ctypes.c_uint8] | None, int]] = {}
         self._mem = llama_cpp.llama_get_memory(model.ctx)
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         b = self._batch
@@ -77,25 +91,76 @@ class SeqContext:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
 
-    @property
-    def rollback_room(self) -> int | None:
-        """The most positions a sequence may be cut back by after a decode (None: any): a
-        recurrent state only within llama.cpp's snapshots of the last batch (n_rs_seq)."""
-        return self.model.snapshots if self.model.recurrent else None
+    def needs_checkpoint(self, k: int) -> bool:
+        """Whether a verify of k drafts (k + 1 tokens) must be preceded by `checkpoint`: its
+        rejection would cut a recurrent state back past llama.cpp's snapshots."""
+        return self.recurrent and k > self.snapshots
 
     def keep(self, seq: int, n: int) -> bool:
         """Keep the first n cached tokens of `seq`; False when its cache could not be cut there
-        (a recurrent state past its snapshots, or cut back twice without a decode between) and
-        was emptied instead: the caller reads again what it needs."""
-        if n < len(self.cached[seq]):
-            cut = llama_cpp.llama_memory_seq_rm(self._mem, seq, n, -1)
-            if not cut:
-                llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
-            del self.cached[seq][n if cut else 0 :]
-            for listener in self.listeners:
-                listener.seq_kept(seq, len(self.cached[seq]))
-            return bool(cut) or n == 0
-        return True
+        and holds fewer (cut back to its checkpoint, or emptied; `cached[seq]` says how many):
+        the caller reads again what it needs."""
+        cached = self.cached[seq]
+        if n >= len(cached):
+            return True
+        mem = self._mem
+        if not self.recurrent:
+            got = n if llama_cpp.llama_memory_seq_rm(mem, seq, n, -1) else 0
+            if not got:
+                llama_cpp.llama_memory_seq_rm(mem, seq, 0, -1)
+        elif n > 0 and len(cached) - n <= self._room[seq] and llama_cpp.llama_memory_seq_rm(mem, seq, n, -1):
+            got = n
+        else:
+            got = self._restore(seq, n)
+        self._room[seq] = 0
+        del cached[got:]
+        point = self._points.get(seq)
+        if point is not None and point[0] > got:
+            del self._points[seq]  # (a checkpoint past what is kept describes nothing now)
+        for listener in self.listeners:
+            listener.seq_kept(seq, got)
+        return got == n
+
+    def checkpoint(self, seq: int) -> None:
+        """Copy sequence `seq`'s recurrent state as it is now, for `keep` to come back to (the
+        recurrent part only: a hybrid's attention cache is cut as usual). Nothing for a model
+        without one."""
+        if not self.recurrent:
+            return
+        length = len(self.cached[seq])
+        old = self._points.get(seq)
+        data = old[1] if old is not None else None
+        size = 0
+        if length:
+            ctx = self.model.ctx
+            llama_cpp.llama_synchronize(ctx)
+            need = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, STATE_FLAGS))
+            if data is None or len(data) < need:
+                data = (ctypes.c_uint8 * need)()
+            size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, data, need, seq, STATE_FLAGS))
+            if size == 0:
+                self._points.pop(seq, None)  # (keep then empties the sequence: slow, never wrong)
+                return
+        self._points[seq] = (length, data, size)
+
+    def _restore(self, seq: int, n: int) -> int:
+        """Bring `seq` back to its checkpoint when that holds at most n tokens, else empty it;
+        the tokens it then holds."""
+        point = self._points.get(seq)
+        mem = self._mem
+        if point is not None and 0 < point[0] <= n:
+            length, data, size = point
+            ctx = self.model.ctx
+            llama_cpp.llama_synchronize(ctx)
+            if (
+                data is not None
+                and llama_cpp.llama_state_seq_set_data_ext(ctx, data, size, seq, STATE_FLAGS)
+                # (The attention part of a hybrid still holds the later positions: dropped.)
+                and llama_cpp.llama_memory_seq_rm(mem, seq, length, -1)
+            ):
+                return length
+        llama_cpp.llama_memory_seq_rm(mem, seq, 0, -1)
+        return 0
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
         return common_prefix(self.cached[seq], tokens)
@@ -197,6 +262,8 @@ class SeqContext:
             for seq in {p.seq for p in pieces}:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
                 self.cached[seq] = []
+                self._room[seq] = 0
+                self._points.pop(seq, None)
                 for listener in self.listeners:
                     listener.seq_kept(seq, 0)
             if rc == 1:
@@ -206,6 +273,9 @@ class SeqContext:
             raise GenerationError(f"llama.cpp failed to decode on the {self.model.role} (code {rc})")
         for piece in pieces:
             self.cached[piece.seq].extend(piece.tokens)
+        if self.recurrent:  # (snapshots hold the states after each token of the batch but its last)
+            for piece in pieces:
+                self._room[piece.seq] = min(self.snapshots, len(piece.tokens) - 1)
         self.listened_s = 0.0
         if self.listeners:
             llama_cpp.llama_synchronize(self.model.ctx)  # (the decode's own time ends here)
@@ -224,8 +294,9 @@ class SeqContext:
 class OneSequence:
     """One sequence of a SeqContext as a drafter sees a draft model of its own (LoadedModel's
     calls that drafting uses): for a kind that drafts for several sequences one after another
-    (drafters/cross.py), each sequence's decodes alone. A recurrent state is not kept here: a
-    recurrent draft model does not draft for parallel sequences (registry.RECURRENT_DRAFT)."""
+    (drafters/cross.py), each sequence's decodes alone. A recurrent state is checkpointed and
+    cut back as SeqContext does it: `truncate` leaves it holding fewer tokens when it cannot
+    cut there, and the next draft's catch-up reads them again."""
 
     def __init__(self, ctx: SeqContext, seq: int, record: Callable[[int, float], None]) -> None:
         self.ctx = ctx
@@ -253,7 +324,10 @@ class OneSequence:
         self.ctx.keep(self.seq, n)
 
     def checkpoint(self, slot: str = "round") -> None:
-        """Nothing to keep: a KV cache is cut back, not restored (see the class)."""
+        """The sequence's state now, for a rollback past llama.cpp's snapshots (one slot: the
+        latest; a drafter's prompt slot is its catch-up's business here)."""
+        if slot == "round":
+            self.ctx.checkpoint(self.seq)
 
     def decode(
         self,
