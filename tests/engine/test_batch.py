@@ -200,6 +200,29 @@ def test_prompt_lookup_finishes_a_model_draft_beside_other_sequences(
     assert sum(s.drafted for s in stats) == sum(r.drafted for r in rounds)
 
 
+def test_an_answer_alone_measures_its_speedup_and_one_beside_others_does_not(
+    parallel_pair: ModelPair, engine: BatchEngine
+) -> None:
+    """The speedup against the target alone (speedup.py) is timed in rounds that decode one
+    answer and nothing else, as a single generation times it (plain rounds, and probes when
+    the meter asks). An answer that always has a neighbour in its rounds has no such round:
+    it claims no speedup rather than one timed beside others."""
+    ps = prompts(parallel_pair)
+    alone = run(engine, [Asked(ps[2], GenerationConfig(max_tokens=64))])[0]
+    assert alone.done is not None
+    stats = alone.done.stats
+    assert stats.speedup is not None and stats.speedup_steps >= 2
+    assert stats.speedup_low is not None and stats.speedup_high is not None
+    assert stats.speedup_low <= stats.speedup <= stats.speedup_high
+    long = Asked(ps[0], GenerationConfig(max_tokens=160))
+    short = Asked(ps[1], GenerationConfig(max_tokens=24))
+    run(engine, [long, short])
+    assert long.done is not None and short.done is not None
+    assert long.done.stats.generated > short.done.stats.generated  # (the neighbour outlived it)
+    assert short.done.stats.speedup is None and short.done.stats.speedup_steps == 0
+    assert long.done.stats.speedup_steps >= 1  # (its rounds alone, after the short one ended)
+
+
 def test_what_a_parallel_sequence_cannot_do_is_refused_with_the_reason(engine: BatchEngine) -> None:
     with pytest.raises(TandemError, match=r"cannot draft with 'mtp': .*has no built-in draft heads"):
         engine.check(GenerationConfig(drafter="mtp"), True)  # (what the pair lacks)

@@ -49,6 +49,7 @@ from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Bid, Want, pick
 from .inbox import Inbox, SeqRequest
 from .round import accept_greedy, accept_sampled
+from .speedup import SpeedupMeter, with_speedup
 
 # Prompts are read while other sequences decode: one with at most WHOLE_PROMPT tokens to read
 # is read whole in a round (a chat's new turn: in pieces, each round would pay for them again),
@@ -85,6 +86,11 @@ class _Seq:
     t_admitted: float
     t_start: float = 0.0
     llama_s: float = 0.0
+    # The speedup against the target alone, timed in this answer's rounds that decoded nothing
+    # else (speedup.py: as for a single generation; beside others, no round is the target's
+    # alone, and none is timed). t_mark: when its last round ended.
+    meter: SpeedupMeter = field(default_factory=SpeedupMeter)
+    t_mark: float = 0.0
     alpha: dict[str, float] = field(default_factory=dict)
     # This round's plan and drafts: the proposer chosen and its lane (None: no drafts).
     proposer: BatchProposer | None = None
@@ -128,6 +134,8 @@ class BatchEngine:
         self._groups: list[str | None] = [None] * self.n_seq  # whose tokens each cache holds
         self._admitted = [0] * self.n_seq  # when each sequence last took a request (a count)
         self._reread: list[Piece] = []  # this round's tokens to decode again (see _accept)
+        self._alone = False  # this round decodes one answer's rows and nothing else (its meter)
+        self._changes = GOVERNOR.changes  # (the thread count followed the machine: meters told)
         # Set once the loop takes requests (after calibrate): a server says it is ready then.
         self.ready = threading.Event()
 
@@ -294,7 +302,7 @@ class BatchEngine:
         prompt = s.req.prompt
         prefilled = len(prompt) - 1 - s.reused + 1
         s.base = replace(s.base, prefill_tokens=prefilled, prefill_s=now - s.t_admitted)
-        s.t_start = now
+        s.t_start = s.t_mark = now
         s.req.emit([PrefillEvent(len(prompt), prefilled, now - s.t_admitted)])
 
     def _release(self, s: _Seq) -> None:
@@ -377,6 +385,11 @@ class BatchEngine:
         if not chunks:  # (a prompt's tokens cost less than rows read: the table is of rows)
             self.costs.verify.add(n_tokens, target_s)
         GOVERNOR.observe(("target", n_tokens), target_s)
+        if GOVERNOR.changes != self._changes:
+            self._changes = GOVERNOR.changes
+            for each in self._active.values():
+                each.meter.speed_changed()
+        self._alone = len(decoding) + len(chunks) == 1
         first_rows = []  # (the opening prompts' rows, in their order)
         for c, logits in zip(chunks, rows[len(pieces) :], strict=True):
             if c.outputs == "last":
@@ -430,11 +443,15 @@ class BatchEngine:
             config = s.req.config
             budget = min(config.max_tokens - s.answer.generated - 1, self.t_ctx.n_ctx - len(s.history), k_cap)
             k_max = max(0, min(config.k_max, budget))
+            adaptive = config.drafts_adaptively
+            # A probe: a plain round, timed as the target alone, when the meter asks and the
+            # round would hold this answer alone (speedup.py).
+            if adaptive and len(decoding) == 1 and not other_tokens and s.kind and s.meter.probe_due():
+                k_max = 0
             s.no_drafts()
             bids: list[tuple[BatchProposer, BatchOffer]] = []
             if k_max:
                 bids = [(p, o) for p in s.proposers if (o := p.offer(s.seq, s.history, k_max)) is not None]
-            adaptive = config.drafts_adaptively
             i = pick([Bid(s.alpha[p.kind], o.k_max, p.free) for p, o in bids], k_max, adaptive)
             if i < 0:
                 offers.append(None)
@@ -549,6 +566,10 @@ class BatchEngine:
         events = [*s.answer.take(rnd, reasoning_s), rnd]
         now = time.perf_counter()
         rnd.wall_s = drafting_s + verify_s
+        if s.kind:  # (the first round runs cold: untimed, as a single generation's)
+            timed = self._alone and s.answer.tally.rounds > 1
+            s.meter.add(k, len(tokens), now - s.t_mark, timed=timed)
+        s.t_mark = now
         s.req.emit(events)
         if s.answer.reason is not None:
             self._end(s, s.answer.reason, now)
@@ -573,5 +594,7 @@ class BatchEngine:
             llama_s=s.llama_s,
             threads=GOVERNOR.level,
         )
+        if s.kind:
+            stats = with_speedup(stats, s.meter)
         events.append(answer.done(stats))
         s.req.emit(events)
