@@ -85,8 +85,8 @@ class Runner:
         warn: Callable[[str], None] | None = None,
     ) -> Runner:
         """`parallel` > 1: the batched engine, which drafts with the kinds that serve several
-        sequences (`warn` is told the kinds it leaves out, with why; a target it cannot take, a
-        recurrent one, falls back to one request at a time, also told); 1: the serial engine,
+        sequences (`warn` is told the kinds it leaves out, with why; a target it cannot take
+        falls back to one request at a time, also told); 1: the serial engine,
         every kind exactly as a single answer runs it."""
         if parallel == 1:
             return cls(pair, SerialEngine(pair))
