@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -27,27 +25,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-import model_files  # (the test models, assembled from registry packages)
-from batch_helpers import Asked, run, running
-from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts
-from tandem.engine import BatchEngine, GenerationConfig, LoadOptions, ModelPair, RoundEvent
-from tandem.session.collect import collect
-from tandem.session.prompts import chat_prompt, messages_for
+from serve_bench import machine, pair_models  # noqa: E402
 
-
-def pair_files(name: str) -> tuple[Path, Path]:
-    if name == "qwen":
-        return model_files.qwen_coder_pair()
-    return model_files.smollm2("F16"), model_files.smollm2_q4_1()
-
-
-def cpu_line() -> str:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    names = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")]
-    model = names[0] if names else platform.processor()
-    return f"{model}, {os.cpu_count()} CPUs, avx512f={'avx512f' in info}"
+from batch_helpers import Asked, run, running  # noqa: E402
+from tandem.bench.prompts import DEFAULT_PROMPTS, load_prompts  # noqa: E402
+from tandem.engine import BatchEngine, GenerationConfig, LoadOptions, ModelPair, RoundEvent  # noqa: E402
+from tandem.session.collect import collect  # noqa: E402
+from tandem.session.prompts import chat_prompt, messages_for  # noqa: E402
 
 
 def wave(eng: BatchEngine, prompts: list[list[int]], config: GenerationConfig, n: int, i: int) -> list[Asked]:
@@ -127,8 +115,8 @@ def main() -> None:
     args = parser.parse_args()
     wanted = set(args.category.split(","))
     texts = [p.text for p in load_prompts(sorted(DEFAULT_PROMPTS.glob("*.jsonl"))) if p.category in wanted]
-    target, draft = pair_files(args.pair)
-    out: dict[str, Any] = {"machine": cpu_line(), "argv": sys.argv, "results": {}}
+    target, draft = pair_models(args.pair)
+    out: dict[str, Any] = {"machine": machine(), "argv": sys.argv, "results": {}}
     for n_seq in (int(c) for c in args.clients.split(",") if c):
         options = LoadOptions(n_ctx=2048, n_seq=n_seq, n_threads=args.threads)
         with ModelPair.load(target, draft, options) as pair, running(pair) as eng:

@@ -537,7 +537,7 @@ def _measure(port: int, clients: int, requests: int, n: int, prompts: list[str])
     }
 
 
-def _pair_models(pair: str) -> tuple[Path, Path]:
+def pair_models(pair: str) -> tuple[Path, Path]:
     import model_files
 
     if pair == "smollm2":
@@ -545,7 +545,7 @@ def _pair_models(pair: str) -> tuple[Path, Path]:
     return Path(model_files.qwen_coder_1_5b()), Path(model_files.qwen_coder_0_5b())
 
 
-def _machine() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -699,7 +699,7 @@ def clients_main(argv: list[str]) -> None:
 
     report: dict[str, Any] = {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "machine": _machine(),
+        "machine": machine(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "pairs": {},
     }
@@ -717,7 +717,7 @@ def clients_main(argv: list[str]) -> None:
     report["prompts"] = prompts
     pairs = ["files"] if args.target is not None else args.pair
     for pair in pairs:
-        target, draft = (args.target, args.draft) if pair == "files" else _pair_models(pair)
+        target, draft = (args.target, args.draft) if pair == "files" else pair_models(pair)
         entry: dict[str, Any] = {"target": str(target), "draft": str(draft), "measurements": []}
         report["pairs"][pair] = entry
         print(f"{pair}: target {target.name}, draft {draft.name if draft else 'none'}", flush=True)

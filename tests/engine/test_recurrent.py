@@ -297,6 +297,13 @@ def test_models_command_knows_the_architectures(hf_env: Path, capsys: pytest.Cap
 
 
 # ---------------------------------------------------------------------- parallel sequences
+def _alone(target: Path, draft: Path, n: int) -> tuple[list[list[int]], list[list[int]]]:
+    """The module's prompts for this pair, and the target alone's greedy answer (n tokens) to each."""
+    with ModelPair.load(target, draft, OPTIONS) as alone:
+        prompts = [_prompt(alone, text) for text in PROMPTS]
+        return prompts, [run(alone, p, speculative=False, max_tokens=n).ids for p in prompts]
+
+
 def test_a_hybrid_target_answers_parallel_sequences_as_the_target_alone() -> None:
     """tandem serve --parallel with a hybrid llama.cpp rolls back itself (lfm2): each sequence's
     rejected drafts are cut back within the snapshots (K is capped there, even when asked for
@@ -304,9 +311,7 @@ def test_a_hybrid_target_answers_parallel_sequences_as_the_target_alone() -> Non
     cannot be cut that far back), and every answer is the target alone's."""
     target, draft = model_path("lfm2-t"), model_path("llama-d")
     n = 40
-    with ModelPair.load(target, draft, OPTIONS) as alone:
-        prompts = [_prompt(alone, text) for text in PROMPTS]
-        want = [run(alone, p, speculative=False, max_tokens=n).ids for p in prompts]
+    prompts, want = _alone(target, draft, n)
     parallel = LoadOptions(n_ctx=512, n_threads=1, n_seq=2)
     with ModelPair.load(target, draft, parallel) as pair, running(pair) as engine:
         room = pair.target.snapshots
@@ -337,9 +342,7 @@ def test_checkpointed_states_answer_parallel_sequences_as_the_target_alone(name:
     sequence taken again for a prompt sharing a prefix keeps what it can of its state."""
     target, draft = (model_path(m) for m in PAIRS[name])
     n = 40
-    with ModelPair.load(target, draft, OPTIONS) as alone:
-        prompts = [_prompt(alone, text) for text in PROMPTS]
-        want = [run(alone, p, speculative=False, max_tokens=n).ids for p in prompts]
+    prompts, want = _alone(target, draft, n)
     parallel = LoadOptions(n_ctx=512, n_threads=1, n_seq=2)
     with ModelPair.load(target, draft, parallel) as pair, running(pair) as engine:
         assert not BatchEngine.left_out(pair.target, pair.draft)

@@ -485,7 +485,6 @@ class BatchEngine:
             if finisher is not None and s.proposer is not None and s.proposer.takes_tail:
                 lane.tail = partial(finisher.continuation, s.seq, s.history)
                 lane.tail_max = self._tail_max(s, finisher, given.k_max)
-                lane.looked_up_by = finisher.kind
 
     def _tail_max(self, s: _Seq, finisher: BatchProposer, k_max: int) -> int:
         """The most a free kind may add to another's draft for `s` (a composition: Lane.tail):
@@ -539,15 +538,17 @@ class BatchEngine:
         for each in s.proposers:
             each.keep(s.seq, keep)
         proposer = s.proposer if k else None
-        looked_up = lane.looked_up if lane is not None and k else 0
-        if proposer is not None:
+        looked_up = 0
+        if proposer is not None and lane is not None:
             # Each kind is credited with its own drafts: the stepped kind's first, then what a
             # free kind found (all of a free lane's; a tail's, when the drafts before it held).
+            finder = proposer if proposer.free else s.continuer
+            looked_up = k if proposer.free else lane.looked_up
             own = k - looked_up
             if own:
                 self._learn(s, proposer.kind, min(accepted, own) / own)
-            if looked_up and accepted >= own and lane is not None:
-                self._learn(s, lane.looked_up_by, (accepted - own) / looked_up)
+            if looked_up and accepted >= own and finder is not None:
+                self._learn(s, finder.kind, (accepted - own) / looked_up)
         tokens = (*drafts[:accepted], own_token)
         rnd = RoundEvent(
             drafted=k,

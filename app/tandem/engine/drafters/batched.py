@@ -62,8 +62,7 @@ class Lane:
     # most it may add (0: none): the engine gives them to a proposer that `takes_tail`.
     tail: Callable[[Sequence[int], int], Proposal] | None = None
     tail_max: int = 0
-    looked_up: int = 0  # drafts a free kind found (a free lane's all, a tail's)
-    looked_up_by: str = ""  # that kind
+    looked_up: int = 0  # drafts its tail added
 
     def finish(self, room: int) -> bool:
         """After a draft step: append what the tail continues the draft with, at most `room`

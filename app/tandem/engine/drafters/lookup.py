@@ -153,7 +153,6 @@ class LookupBatch(BatchProposerBase):
     def propose(self, lanes: Sequence[Lane]) -> float:
         for lane in lanes:  # (the run found when the round was planned, cut to its K)
             lane.drafts = list((lane.offer.found or ())[: lane.k])
-            lane.looked_up, lane.looked_up_by = len(lane.drafts), self.kind
             if not lane.config.sampler.greedy:
                 lane.qs = list(self._of[lane.seq].proposal_from(lane.drafts).qs)
         return 0.0

@@ -38,7 +38,7 @@ class KvMirror:
     snapshots: int  # positions llama.cpp itself can roll back (0: Tandem checkpoints instead)
     n_batch: int
     _rollback_room: int  # positions a snapshot rollback may undo right now
-    _checkpoints: dict[str, _Checkpoint]
+    _checkpoints: dict[str, Checkpoint]
     # Seconds spent copying states out (checkpoint) and back in plus re-decoding (restore).
     checkpoint_seconds: float
     restore_seconds: float
@@ -102,17 +102,10 @@ class KvMirror:
             return
         t0 = time.perf_counter()
         old = self._checkpoints.get(slot)
-        point = _Checkpoint(len(self.cached), old.data if old is not None else None)
-        if self.cached:
-            ctx = self._ctx
-            llama_cpp.llama_synchronize(ctx)
-            size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, 0, STATE_FLAGS))
-            if point.data is None or len(point.data) < size:
-                point.data = (ctypes.c_uint8 * size)()
-            point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, 0, STATE_FLAGS))
-            if point.size == 0:
-                self._checkpoints.pop(slot, None)  # (truncate then starts over: slow, never wrong)
-                return
+        point = Checkpoint(len(self.cached), old.data if old is not None else None)
+        if self.cached and not save_state(self._ctx, 0, point):
+            self._checkpoints.pop(slot, None)  # (truncate then starts over: slow, never wrong)
+            return
         self._checkpoints[slot] = point
         self.checkpoint_seconds += time.perf_counter() - t0
 
@@ -131,7 +124,7 @@ class KvMirror:
         tokens = self.cached[:n]
         usable = [c for c in self._checkpoints.values() if c.length <= n]
         point = max(usable, key=lambda c: c.length, default=None)
-        if point is None or point.length == 0 or not self._restore(point):
+        if point is None or point.length == 0 or not load_state(self._ctx, self._mem, 0, point):
             self.reset()
         else:
             del self.cached[point.length :]
@@ -140,16 +133,6 @@ class KvMirror:
         if replay and len(self.cached) < n:
             self._decode(tokens[len(self.cached) :], "none", None)
         self.restore_seconds += time.perf_counter() - t0
-
-    def _restore(self, point: _Checkpoint) -> bool:
-        assert point.data is not None
-        ctx = self._ctx
-        llama_cpp.llama_synchronize(ctx)
-        if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, 0, STATE_FLAGS):
-            return False
-        # The recurrent part now ends at the checkpoint; a hybrid's attention part still holds
-        # the later positions: drop them.
-        return bool(llama_cpp.llama_memory_seq_rm(self._mem, 0, point.length, -1))
 
     def _forget_checkpoints_beyond(self, n: int) -> None:
         for slot in [s for s, c in self._checkpoints.items() if c.length > n]:
@@ -178,7 +161,7 @@ class KvMirror:
             self.reset()
 
 
-class _Checkpoint:
+class Checkpoint:
     """A copy of a sequence's recurrent state, taken when the cache held `length` tokens."""
 
     __slots__ = ("data", "length", "size")
@@ -187,3 +170,26 @@ class _Checkpoint:
         self.length = length
         self.data = data
         self.size = 0
+
+
+def save_state(ctx: Any, seq: int, point: Checkpoint) -> bool:
+    """Copy sequence `seq`'s recurrent state into `point` (its buffer reused when big enough);
+    False when llama.cpp copied nothing."""
+    llama_cpp.llama_synchronize(ctx)
+    size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, STATE_FLAGS))
+    if point.data is None or len(point.data) < size:
+        point.data = (ctypes.c_uint8 * size)()
+    point.size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, point.data, size, seq, STATE_FLAGS))
+    return point.size > 0
+
+
+def load_state(ctx: Any, mem: Any, seq: int, point: Checkpoint) -> bool:
+    """Bring sequence `seq` back to `point`; False when llama.cpp could not."""
+    if point.data is None:
+        return False
+    llama_cpp.llama_synchronize(ctx)
+    if not llama_cpp.llama_state_seq_set_data_ext(ctx, point.data, point.size, seq, STATE_FLAGS):
+        return False
+    # The recurrent part now ends at the checkpoint; a hybrid's attention part still holds the
+    # later positions: drop them.
+    return bool(llama_cpp.llama_memory_seq_rm(mem, seq, point.length, -1))

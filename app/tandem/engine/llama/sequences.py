@@ -14,7 +14,6 @@ a copy of its recurrent state, as kv_mirror.py keeps one for a single sequence),
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ContextOverflowError, GenerationError
-from .kv_mirror import STATE_FLAGS
+from .kv_mirror import Checkpoint, load_state, save_state
 from .llama_lib import llama_cpp
 from .prefix import common_prefix
 
@@ -74,7 +73,7 @@ class SeqContext:
         # but one; none after a rollback: a snapshot left from an older batch is stale, and
         # seq_rm cannot tell), and each sequence's checkpoint (length, state bytes).
         self._room = [0] * self.n_seq
-        self._points: dict[int, tuple[int, ctypes.Array[ctypes.c_uint8] | None, int]] = {}
+        self._points: dict[int, Checkpoint] = {}
         self._mem = llama_cpp.llama_get_memory(model.ctx)
         self._batch = llama_cpp.llama_batch_init(self.capacity, 0, 1)
         b = self._batch
@@ -115,7 +114,7 @@ class SeqContext:
         self._room[seq] = 0
         del cached[got:]
         point = self._points.get(seq)
-        if point is not None and point[0] > got:
+        if point is not None and point.length > got:
             del self._points[seq]  # (a checkpoint past what is kept describes nothing now)
         for listener in self.listeners:
             listener.seq_kept(seq, got)
@@ -127,39 +126,20 @@ class SeqContext:
         without one."""
         if not self.recurrent:
             return
-        length = len(self.cached[seq])
         old = self._points.get(seq)
-        data = old[1] if old is not None else None
-        size = 0
-        if length:
-            ctx = self.model.ctx
-            llama_cpp.llama_synchronize(ctx)
-            need = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, STATE_FLAGS))
-            if data is None or len(data) < need:
-                data = (ctypes.c_uint8 * need)()
-            size = int(llama_cpp.llama_state_seq_get_data_ext(ctx, data, need, seq, STATE_FLAGS))
-            if size == 0:
-                self._points.pop(seq, None)  # (keep then empties the sequence: slow, never wrong)
-                return
-        self._points[seq] = (length, data, size)
+        point = Checkpoint(len(self.cached[seq]), old.data if old is not None else None)
+        if point.length and not save_state(self.model.ctx, seq, point):
+            self._points.pop(seq, None)  # (keep then empties the sequence: slow, never wrong)
+            return
+        self._points[seq] = point
 
     def _restore(self, seq: int, n: int) -> int:
         """Bring `seq` back to its checkpoint when that holds at most n tokens, else empty it;
         the tokens it then holds."""
         point = self._points.get(seq)
-        mem = self._mem
-        if point is not None and 0 < point[0] <= n:
-            length, data, size = point
-            ctx = self.model.ctx
-            llama_cpp.llama_synchronize(ctx)
-            if (
-                data is not None
-                and llama_cpp.llama_state_seq_set_data_ext(ctx, data, size, seq, STATE_FLAGS)
-                # (The attention part of a hybrid still holds the later positions: dropped.)
-                and llama_cpp.llama_memory_seq_rm(mem, seq, length, -1)
-            ):
-                return length
-        llama_cpp.llama_memory_seq_rm(mem, seq, 0, -1)
+        if point is not None and 0 < point.length <= n and load_state(self.model.ctx, self._mem, seq, point):
+            return point.length
+        llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
         return 0
 
     def common_prefix(self, seq: int, tokens: Sequence[int]) -> int:
