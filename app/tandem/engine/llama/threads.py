@@ -161,15 +161,35 @@ class RunQueue:
     def others(self, ours: int) -> int | None:
         """Other processes' runnable tasks; `ours`: how many of this process's threads may be
         running now (the one asking, OpenMP's spinning workers, one more of Python's)."""
-        if self._fd is None:
-            return None
-        try:
-            running = int(os.pread(self._fd, 128, 0).split()[3].split(b"/")[0])
-        except (OSError, ValueError, IndexError):
-            self._fd = None
+        running = self._running()
+        if running is None:
             return None
         if running <= ours:
             return 0
+        # More than ours could explain: count ours, then read the machine's count again and
+        # count ours once more. Our threads change state between two reads (an OpenMP worker
+        # ending its spin, a Python thread woken by an event): one of ours runnable at the
+        # second read is so at the scan before it or the one after, unless it came and went
+        # in between. (The remaining transients, under 5 ms on an AMD EPYC VM, are why a
+        # neighbour must be seen more than once: ThreadPolicy.before, before_prompt.)
+        first = self._mine()
+        running = self._running()
+        last = self._mine()
+        if running is None or first is None or last is None:
+            return None
+        return max(0, running - max(first, last, 1))
+
+    def _running(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+            return None
+
+    def _mine(self) -> int | None:
+        """This process's threads in state R."""
         mine = 0
         try:
             for tid in os.listdir(self._tasks):
@@ -177,7 +197,7 @@ class RunQueue:
                     mine += fh.read(512).rsplit(b")", 1)[1].split()[0] == b"R"
         except OSError:
             return None
-        return max(0, running - max(mine, 1))
+        return mine
 
 
 # ----------------------------------------------------------------------------- the decisions
@@ -188,11 +208,12 @@ class ThreadPolicy:
 
     * Down at once: our computing threads waited for a CPU `waiting` or more of the time
       since the last step (a neighbour took a core: every barrier now waits for a thread that
-      is not running) while others used half a core or more (or twice that wait whatever
-      /proc/stat says), to the cores left.
+      is not running) while others used half a core or more (or twice that wait two steps in
+      a row whatever /proc/stat says), to the cores left.
     * Down: a window of steps whose median takes SLOW times its steady state (the fastest
       recently seen for that batch size at that count), or others busy on so many cores that
-      ours would share theirs, sets the count to the cores left (at least 1).
+      ours would share theirs, sets the count to the cores left (at least 1); not where our
+      threads never waited for a CPU and others used under half a core (no neighbour's).
     * Up: after `hold_s` at a lower count, if the cores others leave allow more (or nothing
       says: no /proc/stat), a probe runs one window at the full count; steps near their
       steady state keep it, else the count goes back and the next probe waits twice as long
@@ -214,6 +235,8 @@ class ThreadPolicy:
     changes: int = 0  # every change of level (front-ends say the machine's speed changed)
     _window: list[float] = field(default_factory=list)
     _window_t0: float = 0.0
+    _waited_before: bool = False  # the last step waited `waiting` or more
+    _window_quiet: int = 0  # steps of the window with a known wait under `waiting` (-1: not all)
     _baseline: dict[tuple[int, object], float] = field(default_factory=dict)
     _probe_from: int = 0  # the level a probe came from (0: no probe running)
     _next_probe: float = 0.0
@@ -245,14 +268,17 @@ class ThreadPolicy:
         level = self.before(now, runnable)
         if level is not None:
             return level
-        # Our own Python threads (a server's loop sending a round's chunks) make the computing
-        # threads wait too, in bursts: that is no neighbour unless /proc/stat agrees (or says
-        # nothing), or the wait is twice as long.
+        # Our own Python threads (a server's loop sending a round's chunks, a front-end reading
+        # the events) make the computing threads wait too, in bursts of a step: that is no
+        # neighbour unless /proc/stat agrees (or says nothing), or the wait is twice as long
+        # and the step before waited too (a neighbour's wait is in every step).
+        waited_before = self._waited_before
+        self._waited_before = waited is not None and waited >= self.waiting
         if (
             waited is not None
             and waited >= self.waiting
             and self.level > 1
-            and (others is None or others >= 0.5 or waited >= 2 * self.waiting)
+            and (others is None or others >= 0.5 or (waited >= 2 * self.waiting and waited_before))
         ):
             return self._crowded(now, waited, others)
         b = (self.level, key)
@@ -267,12 +293,20 @@ class ThreadPolicy:
             ratio = seconds / base
         if not self._window:
             self._window_t0 = now
+            self._window_quiet = 0
         self._window.append(ratio)
+        if waited is not None and self._window_quiet >= 0:
+            self._window_quiet = self._window_quiet + 1 if waited < self.waiting else -1
         if len(self._window) < self.window_steps or now - self._window_t0 < self.window_s:
             return None
         median = sorted(self._window)[len(self._window) // 2]
         self._window = []
-        return self._decide(now, median, others)
+        # Slow steps are no neighbour's when our threads never waited for a CPU and others
+        # used under half a core (hypervisor steal included): the caches the draft model's
+        # steps share with the target's, the host's noise. Dropping a thread there only halves
+        # the speed (seen on an idle AMD EPYC VM: a drop every few answers, each held 0.5 s).
+        quiet = self._window_quiet > 0 and others is not None and others < 0.5
+        return self._decide(now, 1.0 if quiet else median, others)
 
     def _decide(self, now: float, ratio: float, others: float | None) -> int | None:
         free = None if others is None else self.n_cpus - others
@@ -355,11 +389,13 @@ class ThreadGovernor:
         self._waits = WaitMeter()
         self._queue = RunQueue()
         self._waited: tuple[float, int] | None = None  # (when, ns) at the last step
+        self._last_step = 0.0  # when the last step was observed (monotonic)
         self.policy: ThreadPolicy | None = None
         self.adaptive = os.environ.get("TANDEM_ADAPTIVE_THREADS", "on").strip().lower() not in ("off", "0")
 
     def attach(self, ctx: int, n_threads: int) -> None:
         with self._lock:
+            self._last_step = time.monotonic()  # (a new context's warm-up decode just ran)
             self._contexts[ctx] = n_threads
             self._reset_policy()
             if self.policy is not None and self.policy.level < n_threads:
@@ -392,6 +428,7 @@ class ThreadGovernor:
         policy = self.policy
         if policy is None or not self.adaptive or policy.n_max <= 1:
             return
+        self._last_step = time.monotonic()
         if self._meter is None:
             self._meter = CpuMeter()
         others = self._meter.update()
@@ -406,25 +443,40 @@ class ThreadGovernor:
 
     def before_prompt(self) -> None:
         """Before a prompt is read (one large graph, at the start of an answer): a neighbour
-        already computing takes its cores now, not after the graph (RunQueue, looked at twice:
-        the second look follows the first by a few milliseconds of CPU meter reading)."""
+        already computing takes its cores now, not after the graph (RunQueue, looked at three
+        times over 10-35 ms where the first look shows one: a transient is not a neighbour)."""
         policy = self.policy
         if policy is None or not self.adaptive or policy.level <= 1:
             return
         first = self._queue.others(1)  # (after a pause OpenMP's workers sleep: ours is this one)
         if not first:
             return
+        # Right after a step (the next answer in a batch, a server's next request) OpenMP's
+        # workers may still spin, then take a few milliseconds to leave the machine's count
+        # (seen on an AMD EPYC VM: 2 runnable for 2-5 ms after the worker's state is S): look
+        # again once they have settled, instead of running the prompt on fewer threads.
+        # Our other Python threads (a front-end woken by the last events) can be runnable for a
+        # moment too. So two more looks, the first once the workers have settled: a neighbour
+        # computing is in all three.
+        time.sleep(max(self._LOOK_GAP_S, self._SETTLE_S - (time.monotonic() - self._last_step)))
+        second = self._queue.others(1)
+        if not second:
+            return
+        time.sleep(self._LOOK_GAP_S)
         if self._meter is None:
             self._meter = CpuMeter()
         self._meter.update()
         with self._lock:
-            policy.before(self._clock(), first)
+            policy.before(self._clock(), second)
             level = policy.before(self._clock(), self._queue.others(1))
             if level is not None:
                 for ctx, most in self._contexts.items():
                     self._set_threads(ctx, min(most, level))
                 self._waited = None
 
+    # libgomp's spin after a graph (up to ~15 ms on the VMs measured) and the count's lag.
+    _SETTLE_S = 0.03
+    _LOOK_GAP_S = 0.005  # a transient runnable task (measured: under 5 ms) is gone by then
     # Longer than this since the last step (a pause between answers), the share is not a step's.
     _WAIT_SPAN_S = 1.0
 
