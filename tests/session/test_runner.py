@@ -28,11 +28,14 @@ GREEDY = GenerationConfig(max_tokens=24, sampler=SamplerSettings(temperature=0.0
 
 def test_an_answer_through_the_runner_is_the_one_a_direct_generation_gives(tiny_pair: ModelPair) -> None:
     prompt = tiny_pair.raw_prompt("The river runs")
-    direct = collect(tiny_pair.generate(prompt, GREEDY))
+    # A fixed K of the draft model drafts whatever the pair's costs learnt in earlier tests say
+    # (adaptive K there may not draft at all: the full suite, 2026-12-07).
+    drafting = replace(GREEDY, drafter="model", adaptive=False, draft_max=4)
+    direct = collect(tiny_pair.generate(prompt, drafting))
     alone = collect(tiny_pair.generate(prompt, GREEDY, speculative=False))
     with Runner.open(tiny_pair) as runner:
         assert runner.n_seq == 1 and runner.ready.is_set()
-        through = collect(runner.stream(prompt, GREEDY))
+        through = collect(runner.stream(prompt, drafting))
         baseline = collect(runner.stream(prompt, GREEDY, speculative=False))
     assert through.ids == direct.ids == alone.ids == baseline.ids
     assert through.stats.mode == "speculative" and through.stats.drafted > 0

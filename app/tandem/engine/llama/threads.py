@@ -48,7 +48,7 @@ def _openmp_runtime() -> ctypes.CDLL | None:
     return None
 
 
-_OPENMP: list[ctypes.CDLL | None] = []  # (looked up once, at the first release)
+_OPENMP: list[ctypes.CDLL] = []  # (once found: looked for again until then, a dlopen each)
 
 
 def release_team() -> None:
@@ -62,10 +62,9 @@ def release_team() -> None:
     in its main thread and answered in the engine's, and ran the target alone at 0.6x
     llama-bench). So a thread frees its team when its work is done: the engine after an
     answer, the cost measurement after measuring."""
-    if not _OPENMP:
-        _OPENMP.append(_openmp_runtime())
-    runtime = _OPENMP[0]
+    runtime = _OPENMP[0] if _OPENMP else _openmp_runtime()
     if runtime is not None:
+        _OPENMP[:] = [runtime]
         with contextlib.suppress(AttributeError, OSError):
             runtime.omp_pause_resource_all(1)  # omp_pause_soft (OpenMP 5.0): the threads go
 
