@@ -44,7 +44,6 @@ from ..llama import exact
 from ..llama.exact import ExactPlan
 from ..llama.model import GOVERNOR, LoadedModel
 from ..llama.sequences import Piece, SeqContext
-from ..llama.threads import release_team
 from ..sampling import NonFiniteLogits
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Bid, Want, pick
@@ -219,8 +218,6 @@ class BatchEngine:
         while True:
             inbox = self._inbox
             with inbox.wake:
-                if not inbox.stopped and not inbox.items and not self._active:
-                    release_team()  # idle: this thread's OpenMP workers go (threads.release_team)
                 while not inbox.stopped and not inbox.items and not self._active:
                     inbox.wake.wait()
                 if inbox.stopped:

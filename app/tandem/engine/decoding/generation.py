@@ -19,7 +19,6 @@ from ..drafters.policy import CostModel
 from ..errors import ContextOverflowError, TandemError
 from ..events import Event, PrefillEvent, StartEvent, StopReason
 from ..llama.model import GOVERNOR, LoadedModel
-from ..llama.threads import release_team
 from .answer import AnswerTracker
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
@@ -207,7 +206,6 @@ def _drive(
         yield answer.done(stats)
     finally:
         target.exact = False
-        release_team()  # (this thread's OpenMP workers: see threads.release_team)
         if lock is not None:
             lock.release()
 
