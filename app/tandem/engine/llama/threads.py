@@ -272,11 +272,13 @@ class ThreadPolicy:
         # the events) make the computing threads wait too, in bursts of a step: that is no
         # neighbour unless /proc/stat agrees (or says nothing), or the wait is twice as long
         # and the step before waited too (a neighbour's wait is in every step).
-        waited_before = self._waited_before
-        self._waited_before = waited is not None and waited >= self.waiting
+        waited_before, self._waited_before = (
+            self._waited_before,
+            waited is not None and waited >= self.waiting,
+        )
         if (
             waited is not None
-            and waited >= self.waiting
+            and self._waited_before
             and self.level > 1
             and (others is None or others >= 0.5 or (waited >= 2 * self.waiting and waited_before))
         ):
@@ -395,7 +397,7 @@ class ThreadGovernor:
 
     def attach(self, ctx: int, n_threads: int) -> None:
         with self._lock:
-            self._last_step = time.monotonic()  # (a new context's warm-up decode just ran)
+            self._last_step = time.monotonic()  # (a new context: its set-up may have computed)
             self._contexts[ctx] = n_threads
             self._reset_policy()
             if self.policy is not None and self.policy.level < n_threads:
@@ -451,13 +453,11 @@ class ThreadGovernor:
         first = self._queue.others(1)  # (after a pause OpenMP's workers sleep: ours is this one)
         if not first:
             return
-        # Right after a step (the next answer in a batch, a server's next request) OpenMP's
-        # workers may still spin, then take a few milliseconds to leave the machine's count
-        # (seen on an AMD EPYC VM: 2 runnable for 2-5 ms after the worker's state is S): look
-        # again once they have settled, instead of running the prompt on fewer threads.
-        # Our other Python threads (a front-end woken by the last events) can be runnable for a
-        # moment too. So two more looks, the first once the workers have settled: a neighbour
-        # computing is in all three.
+        # Right after a step (the next answer, a server's next request) OpenMP's workers may
+        # still spin, then stay in the machine's count a few milliseconds more (an AMD EPYC VM:
+        # 2-5 ms), and our other Python threads (a front-end woken by the last events) can be
+        # runnable for a moment: two more looks, the first once the workers have settled. A
+        # neighbour computing is in all three.
         time.sleep(max(self._LOOK_GAP_S, self._SETTLE_S - (time.monotonic() - self._last_step)))
         second = self._queue.others(1)
         if not second:
