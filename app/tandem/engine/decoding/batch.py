@@ -44,6 +44,7 @@ from ..llama import exact
 from ..llama.exact import ExactPlan
 from ..llama.model import GOVERNOR, LoadedModel
 from ..llama.sequences import Piece, SeqContext
+from ..llama.threads import release_team
 from ..sampling import NonFiniteLogits
 from .answer import AnswerTracker
 from .batch_costs import BatchCosts, Bid, Want, pick
@@ -217,6 +218,10 @@ class BatchEngine:
             self.ready.set()
         while True:
             inbox = self._inbox
+            if not inbox.stopped and not inbox.items and not self._active:
+                # Idle: this thread's OpenMP workers go (threads.release_team); outside the
+                # lock, since their exit is waited for and a submitter takes that lock.
+                release_team()
             with inbox.wake:
                 while not inbox.stopped and not inbox.items and not self._active:
                     inbox.wake.wait()

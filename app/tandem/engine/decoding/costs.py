@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..drafters import registry
+from ..llama.threads import release_team
 
 if TYPE_CHECKING:
     from ..llama.model import LoadedModel
@@ -180,6 +181,7 @@ def measure_costs(
                 times[f"d{n}"].append(timed(draft, n, "last"))
     for m in models:
         m.keep_prefix_of(saved[id(m)])
+    release_team()  # (the caller's thread may not be the one that answers: threads.release_team)
     med = {k: statistics.median(v) for k, v in times.items() if v}
     return MeasuredCosts(
         med["t"],

@@ -19,6 +19,7 @@ from ..drafters.policy import CostModel
 from ..errors import ContextOverflowError, TandemError
 from ..events import Event, PrefillEvent, StartEvent, StopReason
 from ..llama.model import GOVERNOR, LoadedModel
+from ..llama.threads import release_team
 from .answer import AnswerTracker
 from .round import PLAIN, run_round
 from .scheduler import Scheduler
@@ -208,6 +209,9 @@ def _drive(
         target.exact = False
         if lock is not None:
             lock.release()
+        # After the release: freeing the team waits for its workers to exit, and the next
+        # request must not find the engine still taken (this thread's team: threads.release_team).
+        release_team()
 
 
 def _never() -> bool:

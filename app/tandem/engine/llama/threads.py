@@ -26,6 +26,7 @@ docs/benchmarks.md, "A busy machine".
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import threading
@@ -35,6 +36,37 @@ from dataclasses import dataclass, field
 
 # (Defined beside LoadOptions, whose --threads it bounds; the thread policy counts with it.)
 from ..config import usable_cpus as usable_cpus
+
+
+# ----------------------------------------------------------------------------- one OpenMP team
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """The OpenMP runtime llama.cpp's CPU backend loaded (GNU's libgomp, or LLVM's libomp),
+    found without loading one; None where the build has none."""
+    for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libomp.dylib", "libgomp.1.dylib"):
+        with contextlib.suppress(OSError, AttributeError):
+            return ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    return None
+
+
+_OPENMP: list[ctypes.CDLL] = []  # (once found: looked for again until then, a dlopen each)
+
+
+def release_team() -> None:
+    """Free the calling thread's OpenMP team (its worker threads end; the next graph it
+    computes starts a new one, in about 0.1 ms).
+
+    Each OS thread that computes a graph gets a team of its own, and libgomp, once it manages
+    more threads than there are CPUs, spins 100 pauses at a barrier instead of 300,000, then
+    sleeps: one team left behind by another thread halves the speed of every later step on a
+    2-core VM (AMD EPYC, SmolLM2 F16: 20.3 against 10.3 ms; `tandem bench` measured its costs
+    in its main thread and answered in the engine's, and ran the target alone at 0.6x
+    llama-bench). So a thread frees its team when its work is done: the engine after an
+    answer, the cost measurement after measuring."""
+    runtime = _OPENMP[0] if _OPENMP else _openmp_runtime()
+    if runtime is not None:
+        _OPENMP[:] = [runtime]
+        with contextlib.suppress(AttributeError, OSError):
+            runtime.omp_pause_resource_all(1)  # omp_pause_soft (OpenMP 5.0): the threads go
 
 
 # ----------------------------------------------------------------------------- CPU left by others
