@@ -39,11 +39,20 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
         intro = text_of(p, "#intro")
         assert "Suggested: tiny" in intro and "to download" in intro
         table.focus()
-        await pilot.pause()  # the focus is applied before the key arrives
+        await wait_for(pilot, lambda: table.has_focus, 10, "the table's focus")  # before the key
         await pilot.press("enter")
         # 20 s, as for the catalog: timed out at 5 s once in a full CI run on a loaded 2-core
-        # machine (the picker's disk scan and catalog workers share the GIL with the UI).
-        await wait_for(pilot, lambda: p.download is not None, 20, "download start")
+        # machine (the picker's disk scan and catalog workers share the GIL with the UI), and
+        # at 20 s once more (2026-12-07): the failure now says where the key went.
+        await wait_for(
+            pilot,
+            lambda: p.download is not None,
+            20,
+            lambda: (
+                f"download start (focused: {app.focused!r}, screen: {app.screen!r}, "
+                f"error: {text_of(p, '#error')!r})"
+            ),
+        )
         await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
         assert app.loaded.ref.name == "tiny"
         assert not isinstance(app.screen, PickerScreen)  # back to the chat

@@ -25,12 +25,18 @@ FIXED = Settings(draft_max=4, adaptive=False, max_tokens=32, n_ctx=1024, n_threa
 
 
 async def wait_for(
-    pilot: Pilot[None], cond: Callable[[], object], timeout: float = 60.0, what: str = ""
+    pilot: Pilot[None],
+    cond: Callable[[], object],
+    timeout: float = 60.0,
+    what: str | Callable[[], str] = "",
 ) -> None:
+    """Until `cond()`; `what` names it in the failure (a callable: read at the failure, to say
+    the state the app was in then)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or cond}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out waiting for {said or cond}")
         await pilot.pause(0.05)
 
 
