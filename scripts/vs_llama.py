@@ -6,11 +6,16 @@ Each round runs, in alternating order, llama.cpp's `llama-bench -p 0 -n N` on th
 from the vendored llama.cpp: scripts/llama_tools.py), `tandem run --baseline -n N` (the target
 alone) and `tandem run -n N` with the pair's defaults on every prompt, each a fresh process (so
 every speculative answer is the first this pair ever gave here: nothing is carried between
-processes). It prints the median tok/s of each and, round by round, Tandem's decode speed over
-llama-bench's in the same round (the median of those paired ratios, and the lowest per prompt).
+processes: each gets a data directory of its own, so not even what drafting learnt is kept,
+session/learnt.py). It prints the median tok/s of each and, round by round, Tandem's decode
+speed over llama-bench's in the same round (the median of those paired ratios, and the lowest
+per prompt). `--known`: answers of a pair this machine knows instead, as a user's second and
+later `tandem run`: one unmeasured run per prompt first, then every run starts from what the
+ones before it learnt.
 
     .venv/bin/python scripts/vs_llama.py --pair smollm2 --runs 5            # SmolLM2 F16 + Q4_1
     .venv/bin/python scripts/vs_llama.py --pair qwen --runs 3 --json OUT    # Qwen2.5-Coder 1.5B + 0.5B
+    .venv/bin/python scripts/vs_llama.py --pair qwen --runs 3 --known       # a pair known here
     .venv/bin/python scripts/vs_llama.py --target T.gguf --draft D.gguf
 
 Time it alone. Models: scripts/test_models.py (--qwen for the Qwen pair).
@@ -26,6 +31,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +102,20 @@ def main() -> None:
     ap.add_argument("--prompts", default=",".join(PROMPTS), help="which of: " + ", ".join(PROMPTS))
     ap.add_argument("--no-speculative", action="store_true", help="only the target alone")
     ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--known", action="store_true", help="a pair known here, not first answers (above)")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="vs-llama-") as data:
+        compare(args, Path(data))
+
+
+def compare(args: argparse.Namespace, data: Path) -> None:
+    calls = iter(range(1 << 30))
+
+    def data_env() -> dict[str, str]:
+        """Where a `tandem run` keeps what it learnt: one directory for every run (--known), or
+        a new one for each (a first answer)."""
+        where = data / ("known" if args.known else f"run-{next(calls)}")
+        return {**os.environ, "XDG_DATA_HOME": str(where)}
 
     target, draft = pair_files(args)
     threads = args.threads or default_threads()
@@ -109,12 +128,16 @@ def main() -> None:
     subjects: dict[str, Any] = {
         "llama-bench": lambda: {"decode_tokens_per_s": llama_bench(bench_bin, target, args.tokens, threads)},
         "tandem --baseline": lambda: tandem(
-            ["--target", str(target), "--baseline", *n, *t_args, PROMPTS["prose"]]
+            ["--target", str(target), "--baseline", *n, *t_args, PROMPTS["prose"]], data_env()
         ),
     }
     if not args.no_speculative:
         for name, prompt in prompts.items():
-            subjects[f"tandem ({name})"] = lambda prompt=prompt: tandem([*spec_files, *n, *t_args, prompt])
+            subjects[f"tandem ({name})"] = lambda prompt=prompt: tandem(
+                [*spec_files, *n, *t_args, prompt], data_env()
+            )
+            if args.known:  # (learning, not measured)
+                tandem([*spec_files, *n, *t_args, prompt], data_env())
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in subjects}
     for r in range(args.runs):
         order = list(subjects) if r % 2 == 0 else list(reversed(subjects))
@@ -159,6 +182,7 @@ def main() -> None:
             "threads": threads,
             "tokens": args.tokens,
             "runs": args.runs,
+            "known": args.known,
             "machine": machine(),
             "results": table,
         }

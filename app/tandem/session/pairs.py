@@ -20,6 +20,7 @@ from tandem.engine.config import DrafterChoice, GenerationConfig, LoadOptions
 from tandem.engine.drafters import registry
 from tandem.engine.drafters.spec import Needs
 from tandem.engine.errors import TandemError
+from tandem.session import learnt
 from tandem.session.options import Options
 from tandem.session.preflight import preflight
 from tandem.session.prompts import pair_notes
@@ -87,12 +88,17 @@ def _file_pair(request: PairRequest, needs: DraftNeeds) -> PairRef:
 def load_pair(ref: PairRef, options: LoadOptions) -> ModelPair:
     """Load `ref`'s models. A draft the user named must load; companions found beside the
     target are tried in order and skipped, each with a note, when llama.cpp refuses them (the
-    target then runs without them): a bad file beside a good target never stops it."""
+    target then runs without them): a bad file beside a good target never stops it. The pair
+    starts from what drafting learnt about it here before (learnt.py; `learnt.keep` when the
+    front-end closes it)."""
     from tandem.engine.pair import ModelPair
 
     if ref.companions:
-        return ModelPair.load(ref.target, None, options, companions=ref.companions)
-    return ModelPair.load(ref.target, ref.draft, options)
+        pair = ModelPair.load(ref.target, None, options, companions=ref.companions)
+    else:
+        pair = ModelPair.load(ref.target, ref.draft, options)
+    learnt.restore(pair)
+    return pair
 
 
 @dataclass
@@ -106,6 +112,7 @@ class OpenPair:
     notes: list[str]  # how the pair loaded, a missing chat template, the drafters found beside it
 
     def close(self) -> None:
+        learnt.keep(self.pair)  # (for the next process that opens this pair: learnt.py)
         self.pair.close()
 
     def __enter__(self) -> OpenPair:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tandem.engine import ChatPrompt, DoneEvent, Event, GenerationConfig, SeqRequest, TandemError
+from tandem.session import learnt
 from tandem.session.handoff import Handoff
 from tandem.session.prompts import with_reasoning
 from tandem.session.refs import PairRef
@@ -46,6 +47,7 @@ class LoadedPair:
         """Cancel the running answer (it ends within a round), then free the models."""
         if not self.runner.closed:
             self.runner.close()
+            learnt.keep(self.pair)  # (for the next start: session/learnt.py)
             self.pair.close()
 
 

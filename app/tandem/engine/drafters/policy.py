@@ -232,6 +232,94 @@ class CostModel:
         return mx, my, max(0.0, sxy / sxx)
 
 
+# ------------------------------------------------------------------ kept between processes
+# What a CostModel is written as (session/learnt.py keeps it per pair and machine): plain JSON
+# values only, and read back only if every field is what this module writes.
+def _ema_json(e: _Ema) -> list[float]:
+    return [e.decay, e.value, e.weight]
+
+
+def _ema_from(x: object) -> _Ema:
+    if not isinstance(x, list) or len(x) != 3:
+        raise ValueError(x)
+    decay, value, weight = (_finite(v) for v in x)
+    if not 0.0 < decay < 1.0:
+        raise ValueError(x)
+    return _Ema(decay, value, weight)
+
+
+def _finite(x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        raise ValueError(x)
+    return float(x)
+
+
+def _sizes(x: object) -> dict[int, _Ema]:
+    if not isinstance(x, dict):
+        raise ValueError(x)
+    out = {int(k): _ema_from(v) for k, v in x.items()}
+    if any(k < 1 or k > 4096 for k in out):
+        raise ValueError(x)
+    return out
+
+
+def costs_to_json(c: CostModel) -> dict[str, object]:
+    """`c` as JSON values (see costs_from_json)."""
+    return {
+        "verify": {str(n): _ema_json(e) for n, e in c.verify.items()},
+        "checkpoint": _ema_json(c.checkpoint),
+        "restore": _ema_json(c.restore),
+        "drafters": {
+            kind: {
+                "first": _ema_json(d.first),
+                "step": _ema_json(d.step),
+                "catchup_per_token": _ema_json(d.catchup_per_token),
+                "accepted": d.accepted,
+                "trials": d.trials,
+                "idle_rounds": d.idle_rounds,
+                "flat": d.flat,
+                "blocks": {str(n): _ema_json(e) for n, e in d.blocks.items()},
+            }
+            for kind, d in c.drafters.items()
+        },
+    }
+
+
+def costs_from_json(x: object) -> CostModel | None:
+    """What costs_to_json wrote, or None for anything else (a hand edit, another version, a
+    hostile file): never an exception, never a NaN or a negative time in the model."""
+    try:
+        if not isinstance(x, dict) or not isinstance(x.get("drafters"), dict):
+            return None
+        drafters: dict[str, DraftCosts] = {}
+        for kind, d in x["drafters"].items():
+            if not isinstance(kind, str) or not isinstance(d, dict) or len(kind) > 64:
+                return None
+            accepted, trials = _finite(d["accepted"]), _finite(d["trials"])
+            idle = d["idle_rounds"]
+            if (
+                trials <= 0
+                or accepted > trials
+                or not isinstance(idle, int)
+                or isinstance(idle, bool)
+                or idle < 0
+            ):
+                return None
+            drafters[kind] = DraftCosts(
+                _ema_from(d["first"]),
+                _ema_from(d["step"]),
+                _ema_from(d["catchup_per_token"]),
+                accepted,
+                trials,
+                idle,
+                d["flat"] is True,
+                _sizes(d["blocks"]),
+            )
+        return CostModel(_sizes(x["verify"]), drafters, _ema_from(x["checkpoint"]), _ema_from(x["restore"]))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+
+
 def _block_time(blocks: dict[int, _Ema], k: int) -> float:
     """A block pass for k tokens: a weighted least-squares line through the sizes seen (never
     falling with size), or the one size's cost."""

@@ -1,0 +1,86 @@
+"""What adaptive drafting learnt about a pair on this machine, kept from one process to the next.
+
+A pair's `CostModel` (drafters/policy.py: the target's step and verify times, each drafter's
+step and long-run acceptance) is learnt as it answers. Kept only in memory, every `tandem run`
+and `tandem chat` started as a pair never seen: a new pair's exploration budget (about 11% of
+a 64-token answer) spent on finding out, again, that a draft model does not pay on a 2-core VM
+(docs/benchmarks.md, "Why the Qwen pair's first answer loses"). So a front-end restores the
+model when it opens the pair and keeps it when it closes it.
+
+It belongs to the files (their resolved paths and sizes, as `measured.pair_key`), where the
+target runs and how many threads it was given: another GPU or thread count learns anew. The
+timings are moving averages, so a machine that got busier since is followed within a few
+rounds. Nothing here changes an answer, only how much is drafted. A damaged, hostile or foreign
+file is ignored (the pair learns anew); one that cannot be written is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from tandem.engine import ModelPair
+from tandem.engine.drafters.policy import CostModel, costs_from_json, costs_to_json
+
+from .files import data_dir, is_plausible_time, read_json, update_json
+from .measured import pair_key
+
+FILE_NAME = "learnt.json"
+# Pairs kept: the most recently used (a file a user cycles through many models must not grow).
+MAX_PAIRS = 64
+# A model learnt this long ago starts afresh (a new driver, another machine behind the name).
+MAX_AGE_S = 30 * 24 * 3600.0
+
+
+def learnt_file() -> Path:
+    return data_dir() / FILE_NAME
+
+
+def key(pair: ModelPair) -> str | None:
+    files = pair_key(pair.target.path, pair.draft_file)
+    if files is None:
+        return None
+    sidecar = pair.sidecar
+    return (
+        f"{files}|{sidecar.resolve() if sidecar else ''}|{pair.target.device_label}|{pair.target.n_threads}"
+    )
+
+
+def restore(pair: ModelPair, path: Path | None = None) -> bool:
+    """Give `pair` what it learnt here before; False when nothing (usable) was kept."""
+    k = key(pair)
+    data = read_json(path or learnt_file())
+    entry = data.get(k) if k is not None and isinstance(data, dict) else None
+    if not isinstance(entry, dict) or not 0.0 <= time.time() - _when(entry) <= MAX_AGE_S:
+        return False
+    costs = costs_from_json(entry.get("costs"))
+    if costs is None:
+        return False
+    pair.costs = costs
+    return True
+
+
+def keep(pair: ModelPair, path: Path | None = None) -> None:
+    """Keep what `pair` learnt (nothing if it learnt nothing). Never raises for the file: a
+    full disk or a read-only directory only means the next process learns anew."""
+    k = key(pair)
+    if k is None or pair.costs == CostModel():
+        return
+    entry = {"when": time.time(), "costs": costs_to_json(pair.costs)}
+
+    def change(data: Any) -> dict[str, Any]:
+        kept = {n: e for n, e in data.items() if isinstance(e, dict)} if isinstance(data, dict) else {}
+        kept.pop(k, None)
+        newest = sorted(kept.items(), key=lambda item: _when(item[1]), reverse=True)[: MAX_PAIRS - 1]
+        return {**dict(newest), k: entry}
+
+    with contextlib.suppress(OSError, TimeoutError):
+        update_json(path or learnt_file(), change)
+
+
+def _when(entry: dict[str, Any]) -> float:
+    """When `entry` was kept (0: not a time Tandem wrote, so never recent)."""
+    w = entry.get("when")
+    return float(w) if is_plausible_time(w) and isinstance(w, (int, float)) else 0.0
