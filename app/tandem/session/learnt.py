@@ -39,13 +39,16 @@ def learnt_file() -> Path:
 
 
 def key(pair: ModelPair) -> str | None:
+    """The pair's entry: its files, where the target runs, its threads; None when a file
+    cannot be read (nothing is restored or kept then)."""
     files = pair_key(pair.target.path, pair.draft_file)
+    try:
+        sidecar = pair.sidecar.resolve() if pair.sidecar is not None else ""
+    except (OSError, RuntimeError):  # (RuntimeError: a loop of links, before Python 3.13)
+        return None
     if files is None:
         return None
-    sidecar = pair.sidecar
-    return (
-        f"{files}|{sidecar.resolve() if sidecar else ''}|{pair.target.device_label}|{pair.target.n_threads}"
-    )
+    return f"{files}|{sidecar}|{pair.target.device_label}|{pair.target.n_threads}"
 
 
 def restore(pair: ModelPair, path: Path | None = None) -> bool:

@@ -112,8 +112,10 @@ class OpenPair:
     notes: list[str]  # how the pair loaded, a missing chat template, the drafters found beside it
 
     def close(self) -> None:
-        learnt.keep(self.pair)  # (for the next process that opens this pair: learnt.py)
-        self.pair.close()
+        try:
+            learnt.keep(self.pair)  # (for the next process that opens this pair: learnt.py)
+        finally:
+            self.pair.close()
 
     def __enter__(self) -> OpenPair:
         return self

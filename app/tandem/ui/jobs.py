@@ -47,8 +47,10 @@ class LoadedPair:
         """Cancel the running answer (it ends within a round), then free the models."""
         if not self.runner.closed:
             self.runner.close()
-            learnt.keep(self.pair)  # (for the next start: session/learnt.py)
-            self.pair.close()
+            try:
+                learnt.keep(self.pair)  # (for the next start: session/learnt.py)
+            finally:
+                self.pair.close()
 
 
 def failure_text(exc: BaseException) -> str:
