@@ -23,7 +23,7 @@ from .config import (
 )
 from .decoding.costs import MeasuredCosts, mean_costs, measure_costs
 from .decoding.speedup import SpeedupMeter, with_speedup
-from .drafters.policy import AdaptivePolicy, CostModel, FixedPolicy
+from .drafters.policy import AdaptivePolicy, CostModel, FixedPolicy, costs_from_json, costs_to_json
 from .drafters.registry import AUTO as AUTO_DRAFTER
 from .drafters.registry import across_tokenizers as drafter_across_tokenizers
 from .drafters.registry import choices as drafter_choices
@@ -146,6 +146,8 @@ __all__ = [
     "check_pair",
     "check_stops",
     "compatibility_problems",
+    "costs_from_json",
+    "costs_to_json",
     "describe_state",
     "drafter_across_tokenizers",
     "drafter_choices",

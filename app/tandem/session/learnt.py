@@ -19,13 +19,17 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tandem.engine import ModelPair
-from tandem.engine.drafters.policy import CostModel, costs_from_json, costs_to_json
+# (Not the pair itself: the app's screens import this module, and must import without
+# llama-cpp-python for the fast lane, tests/test_fast_lane.py.)
+from tandem.engine import CostModel, costs_from_json, costs_to_json
 
 from .files import data_dir, is_plausible_time, read_json, update_json
 from .measured import pair_key
+
+if TYPE_CHECKING:
+    from tandem.engine import ModelPair
 
 FILE_NAME = "learnt.json"
 # Pairs kept: the most recently used (a file a user cycles through many models must not grow).
