@@ -85,8 +85,14 @@ def tandem_cmd(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "tandem.cli.main", "run", "--json", *args]
 
 
+# Each Tandem a data directory of its own: what drafting learnt (session/learnt.py) is not
+# carried from one measured run to the next, nor from one side of an A/B to the other.
+_DATA = tempfile.TemporaryDirectory(prefix="busy-bench-")
+
+
 def run_tandem(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    own = {**(env if env is not None else os.environ), "XDG_DATA_HOME": tempfile.mkdtemp(dir=_DATA.name)}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=own)
 
 
 def stats_of(proc: subprocess.Popen[str]) -> dict[str, Any]:
