@@ -109,12 +109,10 @@ def main() -> None:
 
 
 def compare(args: argparse.Namespace, data: Path) -> None:
-    calls = iter(range(1 << 30))
-
     def data_env() -> dict[str, str]:
         """Where a `tandem run` keeps what it learnt: one directory for every run (--known), or
         a new one for each (a first answer)."""
-        where = data / ("known" if args.known else f"run-{next(calls)}")
+        where = data / "known" if args.known else Path(tempfile.mkdtemp(dir=data))
         return {**os.environ, "XDG_DATA_HOME": str(where)}
 
     target, draft = pair_files(args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_a_damaged_or_hostile_file_costs_only_the_learning(
     with _answered(tiny_target, tiny_draft) as pair:
         good = json.dumps(costs_to_json(pair.costs)).encode()
         key = json.dumps(learnt.key(pair))[1:-1].encode()
-        now = str(int(__import__("time").time())).encode()
+        now = str(int(time.time())).encode()
         file.write_bytes(content.replace(b"%KEY%", key).replace(b"%NOW%", now).replace(b"%GOOD%", good))
         learned = pair.costs
         assert not learnt.restore(pair, file)

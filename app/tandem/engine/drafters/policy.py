@@ -306,16 +306,21 @@ def costs_from_json(x: object) -> CostModel | None:
             ):
                 return None
             drafters[kind] = DraftCosts(
-                _ema_from(d["first"]),
-                _ema_from(d["step"]),
-                _ema_from(d["catchup_per_token"]),
-                accepted,
-                trials,
-                idle,
-                d["flat"] is True,
-                _sizes(d["blocks"]),
+                first=_ema_from(d["first"]),
+                step=_ema_from(d["step"]),
+                catchup_per_token=_ema_from(d["catchup_per_token"]),
+                accepted=accepted,
+                trials=trials,
+                idle_rounds=idle,
+                flat=d["flat"] is True,
+                blocks=_sizes(d["blocks"]),
             )
-        return CostModel(_sizes(x["verify"]), drafters, _ema_from(x["checkpoint"]), _ema_from(x["restore"]))
+        return CostModel(
+            verify=_sizes(x["verify"]),
+            drafters=drafters,
+            checkpoint=_ema_from(x["checkpoint"]),
+            restore=_ema_from(x["restore"]),
+        )
     except (KeyError, TypeError, ValueError, OverflowError):
         return None
 
