@@ -37,6 +37,10 @@ class HubFile:
     drops_left: int = 0  # ...this many times
     corrupt: bool = False  # flip a byte in the middle (the ETag still announces the original)
     chunk_delay_s: float = 0.0  # sleep between 64 KB chunks
+    # Set: the body stops once `gate_after` bytes are sent until the event is set (at most 60 s),
+    # so a test sees a download running however slow the machine (a delay alone races the UI).
+    gate: threading.Event | None = None
+    gate_after: int = CHUNK
     claimed_size: int | None = None  # announce this size in HEAD (disk-space tests)
     errors_left: int = 0  # answer this many GETs of the body with `error_status`...
     error_status: int = 500  # ...a server error, as the hub's CDN sometimes does
@@ -269,6 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 pos += len(chunk)
                 sent += len(chunk)
+                if f.gate is not None and sent - len(chunk) < f.gate_after <= sent:
+                    self.wfile.flush()
+                    f.gate.wait(60)
                 if f.chunk_delay_s:
                     time.sleep(f.chunk_delay_s)
         self._send_zeros(overrun)

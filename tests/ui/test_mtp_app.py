@@ -5,6 +5,7 @@ settings offer the mtp drafter, the chat colours their accepted guesses, and wha
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def _origins(app: TandemApp) -> set[Origin]:
 def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_alone(
     dirs: AppDirs, hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hub.add(MTP_REPO, MTP_FILE, mtp_target()).chunk_delay_s = 0.02  # slow enough to see it
+    gate = threading.Event()  # the download runs until the test has seen it
+    hub.add(MTP_REPO, MTP_FILE, mtp_target()).gate = gate
     install_catalog(tmp_path, MTP_ONLY_CATALOG, monkeypatch)
     app = TandemApp(dirs=dirs)
 
@@ -55,6 +57,7 @@ def test_the_picker_lists_a_pair_drafted_by_its_heads_as_built_in_and_loads_it_a
         await pilot.press("enter")
         await wait_for(pilot, lambda: p.download is not None, 20, "download start")
         assert not p.query_one("#dl-row-draft").display  # one file: no draft row
+        gate.set()
         await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
         assert app.loaded.ref.name == "tiny-mtp" and app.loaded.ref.draft is None
         assert head_of(app.loaded.pair.target) is not None and hub.gets(MTP_FILE)

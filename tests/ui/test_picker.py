@@ -3,10 +3,12 @@ path, and the errors a user can meet (incompatible, corrupt, too big)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, TabbedContent
 from ui_helpers import in_lm_studio, picker, run_app, text_of, wait_for, wait_ready
@@ -23,11 +25,23 @@ from tandem.ui.screens.picker import PickerScreen
 from tandem.ui.storage import AppDirs
 
 
+def picker_error(p: PickerScreen) -> str:
+    """The picker's error line for a failure message; it may have been dismissed by then."""
+    try:
+        return f"error line: {text_of(p, '#error')!r}"
+    except NoMatches:
+        return "the picker was dismissed"
+
+
 def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
     dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path
 ) -> None:
+    # The download waits after its first chunk until the test has seen it running: on a loaded
+    # 2-core CI machine Pilot's key press can take seconds to settle, and a 1 s download and the
+    # load then ended inside it (twice, 2026-12-07: the test found the picker dismissed).
+    gate = threading.Event()
     for f in tiny_hub.files.values():
-        f.chunk_delay_s = 0.002  # slow enough to see progress
+        f.gate = gate
     app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -41,19 +55,17 @@ def test_first_run_preselects_the_default_pair_downloads_and_loads_it(
         table.focus()
         await wait_for(pilot, lambda: table.has_focus, 10, "the table's focus")  # before the key
         await pilot.press("enter")
-        # 20 s, as for the catalog: timed out at 5 s once in a full CI run on a loaded 2-core
-        # machine (the picker's disk scan and catalog workers share the GIL with the UI), and
-        # at 20 s once more (2026-12-07): the failure now says where the key went.
         await wait_for(
             pilot,
             lambda: p.download is not None,
             20,
-            lambda: (
-                f"download start (focused: {app.focused!r}, screen: {app.screen!r}, "
-                f"error: {text_of(p, '#error')!r})"
-            ),
+            lambda: f"download start (focused: {app.focused!r}, screen: {app.screen!r}, {picker_error(p)})",
         )
-        await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
+        assert "Downloading tiny" in text_of(p, "#dl-title")
+        gate.set()
+        await wait_for(
+            pilot, lambda: app.loaded is not None, 60, lambda: f"download and load ({picker_error(p)})"
+        )
         assert app.loaded.ref.name == "tiny"
         assert not isinstance(app.screen, PickerScreen)  # back to the chat
         # Both files went through the fake hub and are in the HF cache now; the pair is remembered.
@@ -83,8 +95,9 @@ def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_dow
         ),
         monkeypatch,
     )
+    gate = threading.Event()  # the note must be on screen while the download runs
     for f in tiny_hub.files.values():
-        f.chunk_delay_s = 0.01  # the note must be on screen while the download runs
+        f.gate = gate
     app = TandemApp(dirs=dirs)
     note = "pair tiny: test-org/tiny-GGUF/tiny-a-draft.gguf was not confirmed on the Hugging Face hub"
 
@@ -102,6 +115,7 @@ def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_dow
         await pilot.press("enter")
         await wait_for(pilot, lambda: p.download is not None, 20, "download start")
         assert text_of(p, "#error").startswith(f"Note: {note}")
+        gate.set()
         await wait_for(pilot, lambda: app.loaded is not None, 60, "download and load")
         # Downloaded, the name proved right: the row no longer says unconfirmed.
         assert p.listing is not None and p.listing.rows[0].missing == ()
@@ -110,8 +124,9 @@ def test_hybrid_and_unconfirmed_pairs_are_marked_and_warned_about_before_the_dow
 
 
 def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub, tiny_only_catalog: Path) -> None:
+    gate = threading.Event()  # held at 512 KB until cancelled (a delay alone races the UI)
     for f in tiny_hub.files.values():
-        f.chunk_delay_s = 0.02  # ~3 MB/s: the tiny target takes a few seconds
+        f.gate, f.gate_after = gate, 8 * 64 * 1024
     app = TandemApp(dirs=dirs)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -129,11 +144,10 @@ def test_download_cancel_and_resume(dirs: AppDirs, tiny_hub: FakeHub, tiny_only_
         # Live progress on screen for the target.
         assert "of" in text_of(p, "#dl-target")
         await pilot.press("c")
+        gate.set()  # the download sees its cancel at the next chunk
         await wait_for(pilot, lambda: p.download is None, 10, "cancel")
         assert "Cancelled tiny" in text_of(p, "#dl-title")
         assert app.loaded is None
-        for f in tiny_hub.files.values():
-            f.chunk_delay_s = 0.0
         await pilot.press("enter")  # resumes
         await wait_for(pilot, lambda: app.loaded is not None, 60, "resume and load")
         ranges = [r.range for r in tiny_hub.gets("tiny-a.gguf")]
