@@ -241,7 +241,7 @@ class ThreadPolicy:
     * Down at once: our computing threads waited for a CPU `waiting` or more of the time
       since the last step (a neighbour took a core: every barrier now waits for a thread that
       is not running) while others used half a core or more (or twice that wait two steps in
-      a row whatever /proc/stat says), to the cores left.
+      a row whatever /proc/stat says or if it says nothing), to the cores left.
     * Down: a window of steps whose median takes SLOW times its steady state (the fastest
       recently seen for that batch size at that count), or others busy on so many cores that
       ours would share theirs, sets the count to the cores left (at least 1); not where our
@@ -302,8 +302,10 @@ class ThreadPolicy:
             return level
         # Our own Python threads (a server's loop sending a round's chunks, a front-end reading
         # the events) make the computing threads wait too, in bursts of a step: that is no
-        # neighbour unless /proc/stat agrees (or says nothing), or the wait is twice as long
-        # and the step before waited too (a neighbour's wait is in every step).
+        # neighbour unless /proc/stat agrees, or the wait is twice as long and the step before
+        # waited too (a neighbour's wait is in every step). /proc/stat saying nothing (a
+        # process's first 0.2 s) is no agreement: one step that waited 43% then dropped an idle
+        # AMD EPYC VM's `tandem run --baseline` to one thread for 0.5 s, 1 answer in 4.
         waited_before, self._waited_before = (
             self._waited_before,
             waited is not None and waited >= self.waiting,
@@ -312,7 +314,11 @@ class ThreadPolicy:
             waited is not None
             and self._waited_before
             and self.level > 1
-            and (others is None or others >= 0.5 or (waited >= 2 * self.waiting and waited_before))
+            and (
+                (others is not None and others >= 0.5)
+                or (waited >= 2 * self.waiting and waited_before)
+                or self._probe_from  # (a probe is only a try: one such step ends it)
+            )
         ):
             return self._crowded(now, waited, others)
         b = (self.level, key)
@@ -428,6 +434,10 @@ class ThreadGovernor:
         self.adaptive = os.environ.get("TANDEM_ADAPTIVE_THREADS", "on").strip().lower() not in ("off", "0")
 
     def attach(self, ctx: int, n_threads: int) -> None:
+        if self._meter is None and self.adaptive:
+            # Counting from the load on, so /proc/stat already says what others use at the
+            # first steps (a meter made at the first step says nothing for 0.2 s).
+            self._meter = CpuMeter()
         with self._lock:
             self._last_step = time.monotonic()  # (a new context: its set-up may have computed)
             self._contexts[ctx] = n_threads
