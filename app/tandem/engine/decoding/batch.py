@@ -26,6 +26,7 @@ a kind that does not (its spec says why) is refused with that reason.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import threading
 import time
@@ -319,15 +320,15 @@ class BatchEngine:
     def step(self) -> bool:
         """One round for every active sequence; False when there was nothing to do (every
         sequence waits for its reader)."""
+        decoding: list[_Seq] = []
+        prefilling: list[_Seq] = []
+        n_ctx = self.t_ctx.n_ctx
         for s in list(self._active.values()):
             if s.req.cancel.is_set():
                 self._end(s, "cancelled")
-        decoding: list[_Seq] = []
-        prefilling: list[_Seq] = []
-        for s in list(self._active.values()):
-            if not s.decoding:
+            elif s.prefill_at < len(s.req.prompt) - 1:  # (not s.decoding, inlined: once a round)
                 prefilling.append(s)
-            elif self.t_ctx.n_ctx - len(s.history) < 0:
+            elif n_ctx - len(s.history) < 0:
                 self._end(s, "context_full")
             elif s.req.unread() < MAX_UNREAD:
                 decoding.append(s)
@@ -338,9 +339,11 @@ class BatchEngine:
         # (With no answer waiting on the round, prompts take the whole micro-batch: bigger
         # matrix products read a prompt faster.)
         budget = self._prompt_budget(len(decoding)) if decoding and prefilling else self.t_ctx.capacity
-        short = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if s.short)
-        long = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if not s.short)
-        wanted = short + min(max(0, budget - short), long)
+        wanted = 0
+        if prefilling:
+            short = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if s.short)
+            long = sum(len(s.req.prompt) - 1 - s.prefill_at for s in prefilling if not s.short)
+            wanted = short + min(max(0, budget - short), long)
         self._plan(decoding, wanted)
         t0 = time.perf_counter()
         spent = self._draft(decoding)
@@ -437,6 +440,10 @@ class BatchEngine:
     def _plan(self, decoding: list[_Seq], other_tokens: int) -> None:
         """Who drafts for each sequence (batch_costs.pick, from its proposers' offers) and its
         K (batch_costs.choose, for the whole round)."""
+        if not any(s.proposers for s in decoding):  # (every answer decodes alone: no plan)
+            for s in decoding:
+                s.no_drafts()
+            return
         wants: list[Want] = []
         offers: list[BatchOffer | None] = []
         # Each sequence's verify rows within the outputs one decode holds, and its rejected
@@ -523,10 +530,15 @@ class BatchEngine:
         drafts = s.drafts
         k = len(drafts)
         try:
-            if sampler.greedy:
+            if sampler.greedy and not k:  # (the target alone's every round: kept lean)
+                own_token = int(logits[0].argmax())
+                if not math.isfinite(logits[0, own_token]):  # (NaN and +inf win an argmax)
+                    raise NonFiniteLogits("NaN or infinite logits")
+                accepted = 0
+            elif sampler.greedy:
                 best = logits.argmax(axis=1)
                 for row in range(k + 1):
-                    if not np.isfinite(logits[row, best[row]]):  # (NaN and +inf win an argmax)
+                    if not np.isfinite(logits[row, best[row]]):
                         raise NonFiniteLogits("NaN or infinite logits")
                 accepted, own_token = accept_greedy(drafts, best)
             else:

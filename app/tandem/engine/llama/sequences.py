@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from .model import LoadedModel
 
 
+# Pieces of at most this many tokens are written into the batch element by element.
+_ONE_BY_ONE = 16
+
+
 @dataclass(frozen=True, slots=True)
 class Piece:
     """A run of one sequence's tokens for the next batch; `outputs`: rows wanted for all of them
@@ -82,6 +86,7 @@ class SeqContext:
         self._out = np.ctypeslib.as_array(b.logits, shape=(self.capacity,))
         np.ctypeslib.as_array(b.n_seq_id, shape=(self.capacity,))[:] = 1
         self._seq_ids = b.seq_id
+        self._token_ptr, self._pos_ptr, self._out_ptr = b.token, b.pos, b.logits
         for seq in range(self.n_seq):  # (a context reused after a single-sequence run)
             llama_cpp.llama_memory_seq_rm(self._mem, seq, 0, -1)
 
@@ -202,36 +207,50 @@ class SeqContext:
         the next decode), None for a piece without outputs. The caller keeps the batch within
         `capacity` tokens and `max_rows` outputs."""
         b = self._batch
-        n = sum(len(p.tokens) for p in pieces)
-        rows = sum(len(p.tokens) if p.outputs == "all" else p.outputs == "last" for p in pieces)
+        n = rows = 0
+        for piece in pieces:
+            m = len(piece.tokens)
+            n += m
+            rows += m if piece.outputs == "all" else piece.outputs == "last"
+            if len(self.cached[piece.seq]) + m > self.n_ctx:
+                raise ContextOverflowError(f"sequence {piece.seq} of the {self.model.role} is full")
         if n > self.capacity or rows > self.max_rows:
             raise ValueError(f"a batch of {n} tokens and {rows} rows is past this context's limits")
         n = rows = 0
         spans: list[tuple[int, int] | None] = []
         starts: list[tuple[int, int]] = []  # each piece's first position and place in the batch
+        token, pos, out, seq_ids = self._token_ptr, self._pos_ptr, self._out_ptr, self._seq_ids
         for piece in pieces:
-            m = len(piece.tokens)
-            cached = self.cached[piece.seq]
-            if len(cached) + m > self.n_ctx:
-                raise ContextOverflowError(f"sequence {piece.seq} of the {self.model.role} is full")
-            p0 = len(cached)
+            tokens, seq, outputs = piece.tokens, piece.seq, piece.outputs
+            m = len(tokens)
+            p0 = len(self.cached[seq])
             starts.append((p0, n))
-            self._tok[n : n + m] = piece.tokens
-            self._pos[n : n + m] = np.arange(p0, p0 + m, dtype=np.int32)
-            seq_ids = self._seq_ids
-            for i in range(n, n + m):
-                seq_ids[i][0] = piece.seq
-            if piece.outputs == "all":
-                self._out[n : n + m] = 1
+            if m <= _ONE_BY_ONE:
+                # A round's pieces are a few tokens each (a verify, a draft step): written one
+                # by one, as numpy's per-call costs more than the writes (model.py's _decode).
+                flag = 1 if outputs == "all" else 0
+                for i, t in enumerate(tokens, n):
+                    token[i] = t
+                    pos[i] = p0 + i - n
+                    seq_ids[i][0] = seq
+                    out[i] = flag
+                if outputs == "last":
+                    out[n + m - 1] = 1
+            else:
+                self._tok[n : n + m] = tokens
+                self._pos[n : n + m] = np.arange(p0, p0 + m, dtype=np.int32)
+                for i in range(n, n + m):
+                    seq_ids[i][0] = seq
+                self._out[n : n + m] = 1 if outputs == "all" else 0
+                if outputs == "last":
+                    self._out[n + m - 1] = 1
+            if outputs == "all":
                 spans.append((rows, rows + m))
                 rows += m
-            elif piece.outputs == "last":
-                self._out[n : n + m - 1] = 0
-                self._out[n + m - 1] = 1
+            elif outputs == "last":
                 spans.append((rows, rows + 1))
                 rows += 1
             else:
-                self._out[n : n + m] = 0
                 spans.append(None)
             n += m
         b.n_tokens = n
