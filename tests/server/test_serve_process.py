@@ -221,6 +221,38 @@ def test_parallel_sequences_are_ready_before_it_says_so_and_a_ctrl_c_meanwhile_s
     assert "/v1" not in rest  # (it never said it was ready)
 
 
+def test_started_again_on_the_same_pair_it_is_ready_without_timing_again(
+    smollm2_f16: Path, smollm2_q4_1: Path
+) -> None:
+    """What the batched engine measured is kept when the server stops (session/learnt.py): the
+    next server on the same pair and machine says it listens without timing anything."""
+    command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(smollm2_f16)]
+    args = ["--draft", str(smollm2_q4_1), "--parallel", "2", "--threads", "1", "--port", "0"]
+
+    def until_ready() -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen(
+            [*command, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "/v1" in line:
+                break
+        return proc, lines
+
+    for timed in (True, False):
+        proc, lines = until_ready()
+        code, _, err = stop_serve(proc)
+        assert code == 0 and "Traceback" not in err, err
+        assert any("/v1" in line for line in lines), lines
+        assert any("timing this machine's batches" in line for line in lines) is timed, lines
+
+
 def test_with_parallel_sequences_it_answers_at_once_once_it_says_it_listens(
     smollm2_f16: Path, smollm2_q4_1: Path
 ) -> None:

@@ -1,7 +1,8 @@
 """What drafting learnt about a pair, kept for the next process (session/learnt.py), on real
 llama.cpp: a pair loaded again starts from what the last one learnt, `tandem run` keeps it for
-the next `tandem run`, and a damaged, hostile or foreign file, another thread count or a
-directory that cannot be written costs only the learning, never an error."""
+the next `tandem run`, a server started again does not time its batches again, and a damaged,
+hostile or foreign file, another thread count or a directory that cannot be written costs only
+the learning, never an error."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cli_child import tandem
-from tandem.engine import GenerationConfig, LoadOptions, ModelPair, SamplerSettings
+from tandem.engine import (
+    BatchCosts,
+    GenerationConfig,
+    LoadOptions,
+    ModelPair,
+    SamplerSettings,
+    TokenEvent,
+    batch_costs_from_json,
+    batch_costs_to_json,
+)
 from tandem.engine.drafters.policy import CostModel, costs_to_json
+from tandem.engine.llama.sequences import SeqContext
 from tandem.session import learnt
 from tandem.session.collect import collect
 
@@ -101,3 +113,78 @@ def test_tandem_run_keeps_what_it_learnt_for_the_next_run(tiny_target: Path, tin
     assert second.stdout == first.stdout  # (only how much is drafted may change, never the text)
     again = json.loads(file.read_text())[key]
     assert all(d["trials"] > 1e5 for d in again["costs"]["drafters"].values())
+
+
+# ------------------------------------------------------------------ the batched engine's costs
+def _served(target: Path, draft: Path, file: Path) -> list[int]:
+    """A pair of two sequences as `tandem serve --parallel 2` opens it (restored from `file`),
+    its engine ready and one greedy answer; kept into `file` at the end. Its answer."""
+    from tandem.session.runner import Runner
+
+    with ModelPair.load(target, draft, LoadOptions(n_ctx=256, n_threads=1, n_seq=2)) as pair:
+        learnt.restore(pair, file)
+        with Runner.open(pair, parallel=2) as runner:
+            assert runner.ready.wait(60)
+            events = list(runner.stream(pair.raw_prompt("The river runs"), GREEDY))
+        learnt.keep(pair, file)
+    return [e.id for e in events if isinstance(e, TokenEvent)]
+
+
+def test_a_server_started_again_does_not_time_what_it_measured(
+    tiny_target: Path, tiny_draft: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "learnt.json"
+    timed: list[int] = []
+    real = SeqContext.time_decodes
+
+    def counted(self: SeqContext, *args: Any, **kwargs: Any) -> None:
+        timed.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SeqContext, "time_decodes", counted)
+    first = _served(tiny_target, tiny_draft, file)
+    assert len(timed) == 2  # the verify's sizes and the draft model's steps
+    ((key, entry),) = json.loads(file.read_text()).items()
+    assert sorted(entry["batch"]["2"]["calibrated"]) == ["draft", "verify"]
+    second = _served(tiny_target, tiny_draft, file)
+    assert len(timed) == 2  # nothing timed again
+    assert second == first  # (only how much is drafted may change, never the text)
+    served = json.loads(file.read_text())[key]["batch"]["2"]  # (its rounds went on updating it)
+    # What single answers learnt is kept beside it, and a server's keeping does not erase it.
+    with _answered(tiny_target, tiny_draft) as single:
+        assert learnt.key(single) == key  # (one entry: the pair on this machine)
+        learnt.keep(single, file)
+        kept = costs_to_json(single.costs)
+    assert json.loads(file.read_text())[key]["batch"]["2"] == served
+    _served(tiny_target, tiny_draft, file)
+    assert json.loads(file.read_text())[key]["costs"] == kept
+    assert len(timed) == 2
+
+
+def test_batch_costs_read_back_as_written_and_nothing_else() -> None:
+    costs = BatchCosts()
+    costs.verify.add(1, 0.01)
+    costs.verify.add(5, 0.02)
+    costs.table(None).add(1, 0.004)
+    costs.table("mtp").add(2, 0.003)
+    costs.calibrated = {"verify", "draft", "mtp"}
+    back = batch_costs_from_json(json.loads(json.dumps(batch_costs_to_json(costs))))
+    assert back is not None and batch_costs_to_json(back) == batch_costs_to_json(costs)
+    assert back.verify.at(3) == costs.verify.at(3) and back.calibrated == costs.calibrated
+    good = batch_costs_to_json(costs)
+    hostile: list[object] = [
+        None,
+        [1, 2],
+        {"tables": [], "calibrated": []},
+        {"tables": {"verify": {"1": -0.01}}, "calibrated": []},
+        {"tables": {"verify": {"1": float("nan")}}, "calibrated": []},
+        {"tables": {"verify": {"1": True}}, "calibrated": []},
+        {"tables": {"verify": {"0": 0.01}}, "calibrated": []},
+        {"tables": {"verify": {"9" * 5000: 0.01}}, "calibrated": []},
+        {"tables": {"verify": {"one": 0.01}}, "calibrated": []},
+        {"tables": {"verify": {"1": 0.01}}, "calibrated": ["draft"]},  # (claims a table it lacks)
+        {"tables": {"verify": {"1": 0.01}}, "calibrated": [{"a": 1}]},
+        {**good, "tables": {f"k{i}": {"1": 0.01} for i in range(100)}},
+    ]
+    for x in hostile:
+        assert batch_costs_from_json(x) is None, x

@@ -235,7 +235,9 @@ def serve(opts: ServeOptions) -> int:
                 print(f"tandem serve: {cache_sharing(opts.private_cache)}", file=sys.stderr)
                 print("tandem serve: Ctrl+C stops", file=sys.stderr, flush=True)
 
-            if settings.parallel > 1:  # (BatchEngine.calibrate: seconds, before the server says ready)
+            # (BatchEngine.calibrate: seconds before the server says ready, unless an earlier
+            # server measured this pair here: session/learnt.py)
+            if settings.parallel > 1 and pair.batch_costs is None:
                 print("tandem serve: timing this machine's batches first...", file=sys.stderr, flush=True)
             run_server(pair, settings, sock, ready)
     finally:

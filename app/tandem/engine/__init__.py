@@ -21,6 +21,7 @@ from .config import (
     LoadOptions,
     check_stops,
 )
+from .decoding.batch_costs import BatchCosts, batch_costs_from_json, batch_costs_to_json
 from .decoding.costs import MeasuredCosts, mean_costs, measure_costs
 from .decoding.speedup import SpeedupMeter, with_speedup
 from .drafters.policy import AdaptivePolicy, CostModel, FixedPolicy, costs_from_json, costs_to_json
@@ -102,6 +103,7 @@ __all__ = [
     "RESERVED_VARIABLES",
     "RPC_PORT_DEFAULT",
     "AdaptivePolicy",
+    "BatchCosts",
     "BatchEngine",
     "ChatMessage",
     "ChatPrompt",
@@ -143,6 +145,8 @@ __all__ = [
     "Thinking",
     "TokenEvent",
     "UnusableFile",
+    "batch_costs_from_json",
+    "batch_costs_to_json",
     "check_pair",
     "check_stops",
     "compatibility_problems",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import DRAFT_MAX_LIMIT, GenerationConfig, LoadOptions
+from .decoding.batch_costs import BatchCosts
 from .decoding.generation import check_request, generate
 from .drafters import registry
 from .drafters.policy import CostModel
@@ -41,6 +42,9 @@ class ModelPair(Prompting):
         # Measured draft/verify costs on this machine, kept across generations so adaptive
         # drafting starts informed (they describe the hardware, not the text).
         self.costs = CostModel()
+        # What the batched engine measured of this pair's batches (BatchEngine's costs; None
+        # until one ran or session/learnt.py restored them), for the next engine over it.
+        self.batch_costs: BatchCosts | None = None
         self._lock = threading.Lock()  # one generation at a time
         self._init_prompting()
 

@@ -7,6 +7,11 @@ a 64-token answer) spent on finding out, again, that a draft model does not pay 
 (docs/benchmarks.md, "Why the Qwen pair's first answer loses"). So a front-end restores the
 model when it opens the pair and keeps it when it closes it.
 
+The batched engine (`tandem serve --parallel N`) times its decodes before it takes requests (17 s
+for the Qwen2.5-Coder pair on a 2-core CPU): what it measured (`ModelPair.batch_costs`) is kept
+too, by the number of sequences, and a server started again on the same pair is ready at once;
+its rounds go on updating those tables.
+
 It belongs to the files (their resolved paths and sizes, as `measured.pair_key`), where the
 target runs and how many threads it was given: another GPU or thread count learns anew. The
 timings are moving averages, so a machine that got busier since is followed within a few
@@ -23,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 # (Not the pair itself: the app's screens import this module, and must import without
 # llama-cpp-python for the fast lane, tests/test_fast_lane.py.)
-from tandem.engine import CostModel, costs_from_json, costs_to_json
+from tandem.engine import (
+    CostModel,
+    batch_costs_from_json,
+    batch_costs_to_json,
+    costs_from_json,
+    costs_to_json,
+)
 
 from .files import data_dir, is_plausible_time, read_json, update_json
 from .measured import pair_key
@@ -63,9 +74,14 @@ def restore(pair: ModelPair, path: Path | None = None) -> bool:
     if not isinstance(entry, dict) or not 0.0 <= time.time() - _when(entry) <= MAX_AGE_S:
         return False
     costs = costs_from_json(entry.get("costs"))
-    if costs is None:
+    batch = entry.get("batch")
+    batch_costs = batch_costs_from_json(batch.get(_seqs(pair))) if isinstance(batch, dict) else None
+    if costs is None and batch_costs is None:
         return False
-    pair.costs = costs
+    if costs is not None:
+        pair.costs = costs
+    if batch_costs is not None:
+        pair.batch_costs = batch_costs
     return True
 
 
@@ -73,18 +89,35 @@ def keep(pair: ModelPair, path: Path | None = None) -> None:
     """Keep what `pair` learnt (nothing if it learnt nothing). Never raises for the file: a
     full disk or a read-only directory only means the next process learns anew."""
     k = key(pair)
-    if k is None or pair.costs == CostModel():
+    batch_costs = pair.batch_costs
+    batch = batch_costs_to_json(batch_costs) if batch_costs is not None else None
+    if k is None or (pair.costs == CostModel() and (batch is None or not batch["calibrated"])):
         return
-    entry = {"when": time.time(), "costs": costs_to_json(pair.costs)}
+    learnt = pair.costs != CostModel()
+    entry: dict[str, Any] = {"when": time.time(), "costs": costs_to_json(pair.costs)}
 
     def change(data: Any) -> dict[str, Any]:
         kept = {n: e for n, e in data.items() if isinstance(e, dict)} if isinstance(data, dict) else {}
-        kept.pop(k, None)
+        old = kept.pop(k, None)
+        if not learnt and old is not None and "costs" in old:
+            entry["costs"] = old["costs"]  # (a server's batches learnt nothing of single answers)
+        # The batched engine's tables for other sequence counts stay (a server with another
+        # --parallel); this count's are replaced.
+        others = old.get("batch") if old is not None else None
+        batches = {n: b for n, b in others.items() if isinstance(n, str)} if isinstance(others, dict) else {}
+        if batch is not None and batch["calibrated"]:
+            batches[_seqs(pair)] = batch
         newest = sorted(kept.items(), key=lambda item: _when(item[1]), reverse=True)[: MAX_PAIRS - 1]
-        return {**dict(newest), k: entry}
+        return {**dict(newest), k: {**entry, "batch": batches} if batches else entry}
 
     with contextlib.suppress(OSError, TimeoutError):
         update_json(path or learnt_file(), change)
+
+
+def _seqs(pair: ModelPair) -> str:
+    """The batched engine's entry within the pair's: by the sequences its context holds (a
+    batch's costs depend on how many share the cache)."""
+    return str(pair.target.options.n_seq)
 
 
 def _when(entry: dict[str, Any]) -> float:

@@ -95,11 +95,13 @@ class Runner:
         draft = pair.draft if speculative else None
         lost = BatchEngine.left_out(pair.target, pair.draft) if speculative else []
         try:
-            engine = BatchEngine(pair.target, draft)
+            # (From what an earlier engine measured here: what it calibrated is not timed again.)
+            engine = BatchEngine(pair.target, draft, pair.batch_costs)
         except TandemError as exc:
             if warn is not None:
                 warn(f"{exc}; answering one request at a time")
             return cls(pair, SerialEngine(pair))
+        pair.batch_costs = engine.costs  # (kept with the pair: session/learnt.py)
         if lost and warn is not None:
             kinds = ", ".join(engine.kinds) or "nothing"
             warn(

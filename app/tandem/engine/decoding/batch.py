@@ -48,7 +48,7 @@ from ..llama.sequences import Piece, SeqContext
 from ..llama.threads import release_team
 from ..sampling import NonFiniteLogits
 from .answer import AnswerTracker
-from .batch_costs import BatchCosts, Bid, Want, pick
+from .batch_costs import DRAFT, VERIFY, BatchCosts, Bid, Want, pick
 from .inbox import Inbox, SeqRequest
 from .round import accept_greedy, accept_sampled
 from .speedup import SpeedupMeter, with_speedup
@@ -119,12 +119,16 @@ class _Seq:
 class BatchEngine:
     """N sequences of one pair; `submit` from any thread, `run` in the engine's thread."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None) -> None:
+    def __init__(
+        self, target: LoadedModel, draft: LoadedModel | None, costs: BatchCosts | None = None
+    ) -> None:
+        """`costs`: what an earlier engine of this pair learnt on this machine (session/learnt.py),
+        the tables it calibrated not timed again; None: all timed at start."""
         self.target = target
         self.draft = draft
         self.t_ctx = SeqContext(target)
         self.n_seq = self.t_ctx.n_seq
-        self.costs = BatchCosts()
+        self.costs = costs if costs is not None else BatchCosts()
         self.proposers = registry.batch_proposers(
             BatchSetup(target, draft, self.t_ctx, self.costs.record_for)
         )
@@ -198,17 +202,28 @@ class BatchEngine:
         a prompt can cost more than the answer's first tokens (SmolLM2 Q4_1 on a 2-core CPU:
         2 ms a token), and a kernel's step up can make one more row cost 5 ms. Runs in the free
         sequences, left empty; stops early when the engine is stopped (a Ctrl+C while it
-        measures: the Qwen2.5-Coder pair's take 17 s on a 2-core CPU)."""
+        measures: the Qwen2.5-Coder pair's take 17 s on a 2-core CPU). A table an earlier engine
+        calibrated (`costs.calibrated`, kept between processes) is not timed again: a server
+        restarted on the same pair and machine is ready at once."""
         seqs = list(self._free)
+        costs = self.costs
 
         def stopped() -> bool:
             return self._inbox.stopped
 
-        # A verify: one row in each of the sequences, the rest on the first.
-        sizes = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48)
-        self.t_ctx.time_decodes(seqs, sizes, "all", self.costs.verify.add, stopped)
+        if VERIFY not in costs.calibrated:
+            # A verify: one row in each of the sequences, the rest on the first.
+            sizes = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48)
+            self.t_ctx.time_decodes(seqs, sizes, "all", costs.verify.add, stopped)
+            if not stopped():
+                costs.calibrated.add(VERIFY)
         for p in self.proposers:
+            name = p.table or DRAFT
+            if p.free or name in costs.calibrated:  # (a free kind times nothing)
+                continue
             p.calibrate(seqs, stopped)
+            if not stopped():
+                costs.calibrated.add(name)
 
     def run(self) -> None:
         """Rounds until stopped; cancelled and waiting requests are ended when it stops."""

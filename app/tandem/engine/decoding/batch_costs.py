@@ -29,6 +29,7 @@ instead of 1.5 s, and the clients' work as a whole took longer than without draf
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ from dataclasses import dataclass
 MARGIN = 1.5
 # The share of its rate a sequence may lose to the drafts of others: a round's timing noise.
 FAIR_SLACK = 0.02
+
+
+# The names of the verify's and the draft model's tables in `BatchCosts.calibrated` and in JSON
+# (a kind's own table is under the kind's name).
+VERIFY, DRAFT = "verify", "draft"
 
 
 class CostTable:
@@ -140,6 +146,9 @@ class BatchCosts:
         self._prior = (step_s * draft_ratio, step_s * draft_ratio * 0.1)  # (every draft table's)
         self.draft = CostTable(*self._prior)
         self._own: dict[str, CostTable] = {}  # the steps of kinds with a context of their own
+        # The tables BatchEngine.calibrate has timed at every size it measures (VERIFY, DRAFT or
+        # a kind's name): a process given them (session/learnt.py) does not time them again.
+        self.calibrated: set[str] = set()
 
     def table(self, name: str | None) -> CostTable:
         """The steps of the draft model (None), or of the kind `name`'s own context (its heads)."""
@@ -151,6 +160,10 @@ class BatchCosts:
 
     def record_for(self, name: str | None) -> Callable[[int, float], None]:
         return self.table(name).add
+
+    def tables(self) -> dict[str, CostTable]:
+        """Every table by the name `calibrated` uses."""
+        return {VERIFY: self.verify, DRAFT: self.draft, **self._own}
 
     def choose(self, wants: list[Want], other_tokens: int = 0) -> list[int]:
         """K per sequence maximising expected tokens / seconds of the round; `other_tokens`: rows
@@ -288,3 +301,44 @@ class _Plan:
                 if trial.tokens - self.tokens > MARGIN * rate0 * added:
                     return i
         return -1
+
+
+# ------------------------------------------------------------------ kept between processes
+# What BatchCosts is written as (session/learnt.py keeps it per pair, machine and sequences):
+# plain JSON values only, and read back only if every field is what this module writes.
+_MOST_SIZES = 4096
+
+
+def batch_costs_to_json(c: BatchCosts) -> dict[str, object]:
+    """`c`'s measured tables as JSON values (see batch_costs_from_json)."""
+    tables = {name: {str(n): s for n, s in t._seen.items()} for name, t in c.tables().items() if t._seen}
+    return {"tables": tables, "calibrated": sorted(n for n in c.calibrated if n in tables)}
+
+
+def batch_costs_from_json(x: object) -> BatchCosts | None:
+    """What batch_costs_to_json wrote, or None for anything else (a damaged or hostile file:
+    the engine then times its decodes again)."""
+    try:
+        if not isinstance(x, dict):
+            raise ValueError(x)
+        tables, calibrated = x.get("tables"), x.get("calibrated")
+        if not isinstance(tables, dict) or not isinstance(calibrated, list) or len(tables) > 64:
+            raise ValueError(x)
+        costs = BatchCosts()
+        for name, seen in tables.items():
+            if not isinstance(name, str) or not name or not isinstance(seen, dict) or len(seen) > _MOST_SIZES:
+                raise ValueError(name)
+            table = costs.table(None if name == DRAFT else name) if name != VERIFY else costs.verify
+            for n, seconds in seen.items():
+                size = int(n)
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                    raise ValueError(seconds)
+                if not 1 <= size <= _MOST_SIZES or not math.isfinite(seconds) or not 0.0 < seconds < 3600.0:
+                    raise ValueError(n)
+                table._seen[size] = float(seconds)
+        if not all(isinstance(name, str) and name in tables for name in calibrated):
+            raise ValueError(calibrated)
+        costs.calibrated = set(calibrated)
+        return costs
+    except (ValueError, TypeError, OverflowError):
+        return None
