@@ -378,11 +378,14 @@ class BatchEngine:
                 and rows_left > 0
                 and s.req.unread() < MAX_UNREAD
                 and s.req.config.drafts_adaptively
+                and not s.req.config.exact
             ):
                 # The rest and the last token, whose row gives the first token: the answer
                 # starts in this round, not in the next. (Not for a fixed K, a seeded sampling
-                # run whose answer must repeat: its first token comes from a verify, as it does
-                # when its prompt is cached, which a prompt's chunk computes with other kernels.)
+                # run whose answer must repeat, nor for exact output, which must be the target
+                # alone's: their first token comes from a verify, as it does when the prompt is
+                # cached; a prompt's chunk computes its rows with other kernels. Exact with the
+                # first token in the chunk, 7 of 12 Qwen2.5-Coder answers left the target's.)
                 chunks.append(Piece(s.seq, s.req.prompt[s.prefill_at :], "last"))
                 room -= rest + 1
                 budget -= rest + 1
