@@ -84,9 +84,9 @@ def wait_idle(served: Served, timeout: float = 5.0) -> float:
     raise AssertionError(f"the server was still busy after {timeout} s")
 
 
-def start_serve(target: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
-    """A real `tandem serve` process on a free port of 127.0.0.1 (`--threads 1`), once it listens:
-    the process (stderr is a pipe, read past the line that says where it listens) and the port."""
+def launch_serve(target: Path, *args: str) -> subprocess.Popen[str]:
+    """A real `tandem serve` process on a free port of 127.0.0.1 (`--threads 1`), just launched:
+    its stderr is a pipe, unbuffered, for the caller to read."""
     command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(target)]
     proc = subprocess.Popen(
         [*command, "--threads", "1", "--port", "0", *args],
@@ -95,6 +95,14 @@ def start_serve(target: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    assert proc.stderr is not None
+    return proc
+
+
+def start_serve(target: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """`launch_serve`, once it listens: the process (stderr read past the line that says where
+    it listens) and the port."""
+    proc = launch_serve(target, *args)
     assert proc.stderr is not None
     for line in proc.stderr:
         m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import model_files
-from serve_helpers import start_serve, stop_serve
+from serve_helpers import launch_serve, start_serve, stop_serve
 
 SLOW_TEMPLATE = (
     "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -189,15 +186,7 @@ def test_parallel_sequences_are_ready_before_it_says_so_and_a_ctrl_c_meanwhile_s
     """With --parallel the engine times this machine's batches first (seconds; the Qwen pair's
     17 s): the server says where it listens, and answers /health, only after; a Ctrl+C while it
     measures stops it at once (it used to take the whole measurement: 17.2 s)."""
-    command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(smollm2_f16)]
-    args = ["--draft", str(smollm2_q4_1), "--parallel", "4", "--threads", "1", "--port", "0"]
-    proc = subprocess.Popen(
-        [*command, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = launch_serve(smollm2_f16, "--draft", str(smollm2_q4_1), "--parallel", "4")
     assert proc.stderr is not None
     try:
         first = ""
@@ -226,27 +215,14 @@ def test_started_again_on_the_same_pair_it_is_ready_without_timing_again(
 ) -> None:
     """What the batched engine measured is kept when the server stops (session/learnt.py): the
     next server on the same pair and machine says it listens without timing anything."""
-    command = [sys.executable, "-m", "tandem.cli.main", "serve", "--target", str(smollm2_f16)]
-    args = ["--draft", str(smollm2_q4_1), "--parallel", "2", "--threads", "1", "--port", "0"]
-
-    def until_ready() -> tuple[subprocess.Popen[str], list[str]]:
-        proc = subprocess.Popen(
-            [*command, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    for timed in (True, False):
+        proc = launch_serve(smollm2_f16, "--draft", str(smollm2_q4_1), "--parallel", "2")
         assert proc.stderr is not None
         lines = []
         for line in proc.stderr:
             lines.append(line)
             if "/v1" in line:
                 break
-        return proc, lines
-
-    for timed in (True, False):
-        proc, lines = until_ready()
         code, _, err = stop_serve(proc)
         assert code == 0 and "Traceback" not in err, err
         assert any("/v1" in line for line in lines), lines
