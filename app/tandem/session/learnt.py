@@ -89,11 +89,12 @@ def keep(pair: ModelPair, path: Path | None = None) -> None:
     """Keep what `pair` learnt (nothing if it learnt nothing). Never raises for the file: a
     full disk or a read-only directory only means the next process learns anew."""
     k = key(pair)
-    batch_costs = pair.batch_costs
-    batch = batch_costs_to_json(batch_costs) if batch_costs is not None else None
-    if k is None or (pair.costs == CostModel() and (batch is None or not batch["calibrated"])):
-        return
     learnt = pair.costs != CostModel()
+    batch = batch_costs_to_json(pair.batch_costs) if pair.batch_costs is not None else None
+    if batch is not None and not batch["calibrated"]:
+        batch = None  # (an engine stopped while it timed: nothing worth keeping)
+    if k is None or (not learnt and batch is None):
+        return
     entry: dict[str, Any] = {"when": time.time(), "costs": costs_to_json(pair.costs)}
 
     def change(data: Any) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def keep(pair: ModelPair, path: Path | None = None) -> None:
         # --parallel); this count's are replaced.
         others = old.get("batch") if old is not None else None
         batches = {n: b for n, b in others.items() if isinstance(n, str)} if isinstance(others, dict) else {}
-        if batch is not None and batch["calibrated"]:
+        if batch is not None:
             batches[_seqs(pair)] = batch
         newest = sorted(kept.items(), key=lambda item: _when(item[1]), reverse=True)[: MAX_PAIRS - 1]
         return {**dict(newest), k: {**entry, "batch": batches} if batches else entry}
